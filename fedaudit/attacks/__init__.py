@@ -1,0 +1,5 @@
+"""Reconstruction attacks, one module each, registered by name (``fedaudit reconstruct <attack>``)."""
+
+from fedaudit.registry import Registry
+
+ATTACKS: Registry = Registry("attack")

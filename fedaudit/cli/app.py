@@ -1,0 +1,69 @@
+"""The Typer app. Commands live one per module in ``fedaudit.cli.commands``; this file only assembles them."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from fedaudit import __version__
+from fedaudit.cli.console import error_line
+from fedaudit.errors import EXIT_INTERRUPTED
+from fedaudit.cli.commands import capture, importers, init_checkpoint, inspect, lpips_export, models, score
+
+EPILOG = ("Exit codes: 0 ok, 1 leakage at or above --fail-on, 2 bad input or usage, 3 runtime failure, "
+          "130 interrupted. Results go to stdout (or -o); tables, progress and logs to stderr.")
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"fedaudit {__version__}")
+        raise typer.Exit()
+
+
+def make_app() -> typer.Typer:
+    app = typer.Typer(
+        name="fedaudit",
+        help="Audit recorded federated-learning updates for gradient leakage.",
+        epilog=EPILOG,
+        no_args_is_help=True,
+        context_settings={"help_option_names": ["-h", "--help"]},
+        pretty_exceptions_enable=False,
+        pretty_exceptions_show_locals=False,
+        add_completion=False,
+    )
+
+    @app.callback()
+    def root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")) -> None:
+        """fedaudit: label recovery, reconstruction attacks, defenses and reports for captured FL updates."""
+
+    for module in (models, inspect, capture, importers, init_checkpoint, score, lpips_export):
+        module.register(app)
+    return app
+
+
+app = make_app()
+
+
+def main() -> None:
+    """Entry point: usage errors become one stderr line with exit 2 (Click would print a boxed panel)."""
+    command = typer.main.get_command(app)
+    try:
+        code = command.main(prog_name="fedaudit", standalone_mode=False)
+    except KeyboardInterrupt:
+        error_line("interrupted")
+        sys.exit(EXIT_INTERRUPTED)
+    except Exception as exc:
+        # Click's usage errors (vendored inside typer, so matched by shape, not by class import)
+        if hasattr(exc, "format_message") and isinstance(getattr(exc, "exit_code", None), int):
+            ctx = getattr(exc, "ctx", None)
+            hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+            if exc.format_message():  # empty for "no arguments: help shown"
+                error_line(exc.format_message() + hint)
+            sys.exit(exc.exit_code)
+        if type(exc).__name__ == "Abort":
+            error_line("aborted")
+            sys.exit(EXIT_INTERRUPTED)
+        raise
+    sys.exit(code if isinstance(code, int) else 0)

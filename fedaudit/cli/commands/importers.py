@@ -1,0 +1,111 @@
+"""``fedaudit import ...``: bring other formats into fedaudit's safetensors files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import torch
+import typer
+
+from fedaudit.cli.commands.capture import BNMode, Kind, Sign, refuse_existing
+from fedaudit.cli.console import emit_json, info_line
+from fedaudit.cli.errors import handle_errors
+from fedaudit.cli.options import AllowCustomArchOpt, CheckpointArg, ForceOpt, QuietOpt
+from fedaudit.errors import InputError
+from fedaudit.io.checkpoint import check_forward, load_checkpoint, load_state_strict, save_checkpoint
+from fedaudit.io.files import PICKLE_SUFFIXES, check_readable, read_safetensors
+from fedaudit.io.flower import name_arrays, read_npz_list
+from fedaudit.io.update import UpdateMeta, save_update
+from fedaudit.models import ModelSpec, build_model
+from fedaudit.cli.commands.spec_options import ArchKwargsOpt, InputShapeOpt, MeanOpt, NumClassesOpt, StdOpt, make_spec
+
+import_app = typer.Typer(no_args_is_help=True, help="Convert other formats into fedaudit's safetensors files.")
+
+
+@import_app.command("flower-npz")
+@handle_errors
+def flower_npz(
+    arrays: Annotated[Path, typer.Argument(help=".npz of positional arrays (np.savez(path, *ndarrays)).", show_default=False)],
+    checkpoint: Annotated[Path, typer.Option("--checkpoint", "-c", help="The round's global checkpoint (names and order come from its architecture).", show_default=False)],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Recorded update to write.", show_default=False)],
+    kind: Annotated[Kind, typer.Option("--kind", help="What the arrays are (Flower clients send full weights).")] = Kind.weights,
+    order: Annotated[str, typer.Option("--order", help="state_dict (buffers included, Flower examples) or parameters.")] = "state_dict",
+    delta_sign: Annotated[Sign, typer.Option("--delta-sign")] = Sign.local_minus_global,
+    reduction: Annotated[str, typer.Option("--reduction", help="For kind=gradient: mean or sum.")] = "mean",
+    batch_size: Annotated[Optional[int], typer.Option("--batch-size", "-b")] = None,
+    local_steps: Annotated[int, typer.Option("--local-steps", "-k")] = 1,
+    lr: Annotated[Optional[float], typer.Option("--lr")] = None,
+    num_examples: Annotated[Optional[int], typer.Option("--num-examples")] = None,
+    bn_mode: Annotated[Optional[BNMode], typer.Option("--bn-mode")] = None,
+    momentum: Annotated[float, typer.Option("--momentum")] = 0.0,
+    weight_decay: Annotated[float, typer.Option("--weight-decay")] = 0.0,
+    force: ForceOpt = False,
+    quiet: QuietOpt = False,
+    allow_custom_arch: AllowCustomArchOpt = False,
+) -> None:
+    """Import a Flower-style positional .npz (allow_pickle=False) as a recorded update."""
+    refuse_existing(output, force)
+    ckpt = load_checkpoint(checkpoint, allow_custom_arch=allow_custom_arch)
+    tensors = name_arrays(read_npz_list(arrays), ckpt.model, order)
+    if kind != Kind.gradient and lr is None:
+        raise InputError(f"a {kind.value} update needs --lr (and --local-steps) to become a gradient")
+    meta = UpdateMeta(
+        kind=kind.value, delta_sign=delta_sign.value if kind == Kind.delta else None,
+        reduction=reduction if kind == Kind.gradient else None, batch_size=batch_size, local_steps=local_steps,
+        local_lr=lr if kind != Kind.gradient else None, num_examples=num_examples,
+        bn_mode=bn_mode.value if bn_mode else None, base_checkpoint_sha256=ckpt.sha256,
+        optimizer={"name": "sgd", "momentum": momentum, "weight_decay": weight_decay},
+        source={"framework": "flwr", "format": "npz", "order": order, "file": Path(arrays).name},
+    )
+    if kind == Kind.gradient and reduction not in ("mean", "sum"):
+        raise InputError("--reduction must be mean or sum")
+    save_update(output, tensors, meta)
+    info_line(f"imported {len(tensors)} arrays as a {kind.value} update -> {output}", quiet)
+    emit_json({"update": str(output), "tensors": len(tensors), "kind": kind.value, "order": order})
+
+
+@import_app.command("checkpoint")
+@handle_errors
+def checkpoint_cmd(
+    state: Annotated[Path, typer.Argument(help="A state_dict: .safetensors, or .pt/.pth with --allow-pickle.", show_default=False)],
+    arch: Annotated[str, typer.Option("--arch", help="Registered name (fedaudit models) or module:factory.", show_default=False)],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Checkpoint to write.", show_default=False)],
+    num_classes: NumClassesOpt = 10,
+    input_shape: InputShapeOpt = "3,32,32",
+    mean: MeanOpt = "0.5",
+    std: StdOpt = "0.5",
+    arch_kwargs: ArchKwargsOpt = None,
+    allow_pickle: Annotated[bool, typer.Option("--allow-pickle", help="Read a .pt/.pth with torch.load(weights_only=True). Only for files you trust.")] = False,
+    force: ForceOpt = False,
+    quiet: QuietOpt = False,
+    allow_custom_arch: AllowCustomArchOpt = False,
+) -> None:
+    """Wrap a plain state_dict into a fedaudit checkpoint (architecture + normalisation metadata)."""
+    refuse_existing(output, force)
+    spec = make_spec(arch, num_classes, input_shape, mean, std, arch_kwargs)
+    model = build_model(spec, allow_custom=allow_custom_arch)
+    src = Path(state)
+    if src.suffix.lower() in PICKLE_SUFFIXES:
+        check_readable(src, "state_dict")
+        if not allow_pickle:
+            raise InputError(f"{str(src)!r} is a pickle; refusing to load it without --allow-pickle")
+        try:
+            tensors = torch.load(src, map_location="cpu", weights_only=True)
+        except Exception as exc:  # noqa: BLE001 - any unpickling failure is bad input
+            raise InputError(f"cannot load {str(src)!r} with weights_only=True: {exc}") from None
+        if isinstance(tensors, dict) and isinstance(tensors.get("state_dict"), dict):
+            tensors = tensors["state_dict"]
+        if not isinstance(tensors, dict) or not all(isinstance(v, torch.Tensor) for v in tensors.values()):
+            raise InputError(f"{str(src)!r} does not hold a state_dict (a dict of tensors)")
+    else:
+        tensors, _ = read_safetensors(src, "state_dict")
+    load_state_strict(model, tensors, f"state_dict {str(src)!r}")
+    check_forward(model, spec, f"state_dict {str(src)!r}")
+    save_checkpoint(output, model, spec)
+    info_line(f"wrote checkpoint for {arch} -> {output}", quiet)
+    emit_json({"checkpoint": str(output), "arch": arch, "tensors": len(tensors)})
+
+
+def register(app) -> None:
+    app.add_typer(import_app, name="import")

@@ -1,0 +1,45 @@
+"""``fedaudit init-checkpoint ARCH``: a randomly initialised global model, e.g. for audits of round 0."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import torch
+import typer
+
+from fedaudit.cli.commands.capture import refuse_existing
+from fedaudit.cli.commands.spec_options import ArchKwargsOpt, InputShapeOpt, MeanOpt, NumClassesOpt, StdOpt, make_spec
+from fedaudit.cli.console import emit_json, info_line
+from fedaudit.cli.errors import handle_errors
+from fedaudit.cli.options import AllowCustomArchOpt, ForceOpt, QuietOpt, SeedOpt
+from fedaudit.io.checkpoint import check_forward, save_checkpoint
+from fedaudit.io.files import sha256_file
+from fedaudit.models import build_model
+
+
+def register(app) -> None:
+    @app.command("init-checkpoint")
+    @handle_errors
+    def init_checkpoint(
+        arch: Annotated[str, typer.Argument(help="Registered name (see 'fedaudit models') or module:factory.", show_default=False)],
+        output: Annotated[Path, typer.Option("--output", "-o", help="Checkpoint to write.", show_default=False)],
+        num_classes: NumClassesOpt = 10,
+        input_shape: InputShapeOpt = "3,32,32",
+        mean: MeanOpt = "0.5",
+        std: StdOpt = "0.5",
+        arch_kwargs: ArchKwargsOpt = None,
+        seed: SeedOpt = 0,
+        force: ForceOpt = False,
+        quiet: QuietOpt = False,
+        allow_custom_arch: AllowCustomArchOpt = False,
+    ) -> None:
+        """Write a seeded random-init checkpoint of ARCH (early-training audits are the worst case)."""
+        refuse_existing(output, force)
+        spec = make_spec(arch, num_classes, input_shape, mean, std, arch_kwargs)
+        torch.manual_seed(seed)
+        model = build_model(spec, allow_custom=allow_custom_arch)
+        check_forward(model, spec, f"architecture {arch!r}")
+        save_checkpoint(output, model, spec)
+        info_line(f"wrote {arch} checkpoint ({sum(p.numel() for p in model.parameters())} parameters) -> {output}", quiet)
+        emit_json({"checkpoint": str(output), "sha256": sha256_file(output), "arch": arch, "seed": seed})

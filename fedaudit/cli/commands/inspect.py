@@ -1,0 +1,45 @@
+"""``fedaudit inspect CKPT UPDATE``: what the update holds and which methods apply (JSON on stdout)."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from fedaudit.cli.console import clean, emit_json, err_console
+from fedaudit.cli.errors import handle_errors
+from fedaudit.cli.options import AllowCustomArchOpt, CheckpointArg, IgnoreBaseOpt, OutputOpt, QuietOpt, UpdateArg
+from fedaudit.errors import InputError
+from fedaudit.inspection import inspect_threat_model
+from fedaudit.threat_model import load_threat_model
+
+
+def _table(info: dict) -> Table:
+    t = Table("parameter", "shape", "shared", "grad norm", title=(
+        f"{info['checkpoint']['arch']} | kind={info['kind']} B={info['batch_size']} K={info['local_steps']} "
+        f"| {len(info['parameters_present'])} shared, {len(info['parameters_absent'])} withheld"))
+    for row in info["layers"]:
+        norm = row.get("grad_norm")
+        t.add_row(clean(row["name"]), "x".join(map(str, row["shape"])), "yes" if row["present"] else "NO",
+                  "NaN/Inf" if row.get("finite") is False else ("" if norm is None else f"{norm:.4g}"))
+    return t
+
+
+def register(app) -> None:
+    @app.command("inspect")
+    @handle_errors
+    def inspect(checkpoint: CheckpointArg, update: UpdateArg, output: OutputOpt = None, quiet: QuietOpt = False,
+                allow_custom_arch: AllowCustomArchOpt = False, ignore_base_mismatch: IgnoreBaseOpt = False) -> None:
+        """Describe a recorded update: kind, batch, steps, shared/withheld tensors, norms, NaN/Inf, applicable methods.
+
+        Exit 2 (after printing the JSON) when the update holds NaN or Inf.
+        """
+        tm = load_threat_model(checkpoint, update, allow_custom_arch=allow_custom_arch, allow_nonfinite=True,
+                               check_base=not ignore_base_mismatch)
+        info = inspect_threat_model(tm)
+        emit_json(info, output)
+        con = err_console(quiet)
+        con.print(_table(info))
+        for w in info["warnings"]:
+            con.print(f"warning: {clean(w)}")
+        if tm.nonfinite:
+            raise InputError(f"update {str(update)!r}: {len(tm.nonfinite)} tensor(s) contain NaN or Inf "
+                             f"(first: {tm.nonfinite[0]!r})")

@@ -1,0 +1,33 @@
+"""``fedaudit lpips-export``: save the LPIPS model (backbone + heads) for machines without the weights."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from fedaudit.cli.commands.capture import refuse_existing
+from fedaudit.cli.commands.score import LpipsNet
+from fedaudit.cli.console import emit_json
+from fedaudit.cli.errors import handle_errors
+from fedaudit.cli.options import ForceOpt
+from fedaudit.errors import InputError
+from fedaudit.metrics.lpips import export_lpips, load_lpips
+
+
+def register(app) -> None:
+    @app.command("lpips-export")
+    @handle_errors
+    def lpips_export(
+        output: Annotated[Path, typer.Option("--output", "-o", help="File to write (.safetensors).", show_default=False)],
+        net: Annotated[LpipsNet, typer.Option("--net")] = LpipsNet.vgg,
+        force: ForceOpt = False,
+    ) -> None:
+        """Write the LPIPS model with its real backbone to one file (use it with --lpips-weights)."""
+        refuse_existing(output, force)
+        lp = load_lpips(net.value)
+        if lp.model is None:
+            raise InputError(f"LPIPS {net.value} unavailable: {lp.reason}")
+        export_lpips(lp, output)
+        emit_json({"lpips_weights": str(output), "net": net.value, "source": lp.source})

@@ -1,0 +1,24 @@
+"""``fedaudit models``: the registered architectures."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from fedaudit.cli.console import emit_json, err_console
+from fedaudit.cli.errors import handle_errors
+from fedaudit.cli.options import OutputOpt, QuietOpt
+from fedaudit.models import MODELS
+
+
+def register(app) -> None:
+    @app.command("models")
+    @handle_errors
+    def models(output: OutputOpt = None, quiet: QuietOpt = False) -> None:
+        """List registered architectures (any 'torchvision.<name>' and 'module:factory' also work)."""
+        rows = [{"name": n, "description": e.description, "default_input_shape": list(e.default_input_shape),
+                 "paper": e.paper} for n, e in MODELS]
+        emit_json({"models": rows, "also": ["torchvision.<any classification model>", "module:factory"]}, output)
+        table = Table("name", "default input", "description", title="fedaudit models")
+        for r in rows:
+            table.add_row(r["name"], "x".join(map(str, r["default_input_shape"])), r["description"])
+        err_console(quiet).print(table)

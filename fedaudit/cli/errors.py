@@ -1,0 +1,39 @@
+"""Map exceptions to one stderr line and an exit code (0 ok, 1 leakage, 2 input, 3 runtime, 130 Ctrl-C).
+
+``FEDAUDIT_DEBUG=1`` re-raises unexpected exceptions so their traceback shows.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import typer
+
+from fedaudit.cli.console import error_line
+from fedaudit.errors import EXIT_INTERRUPTED, EXIT_RUNTIME, FedauditError
+
+
+def handle_errors(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except typer.Exit:
+            raise
+        except FedauditError as exc:
+            error_line(str(exc))
+            raise typer.Exit(exc.exit_code) from None
+        except KeyboardInterrupt:
+            error_line("interrupted")
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+        except MemoryError:
+            error_line("out of memory (try a smaller batch or --device cpu)")
+            raise typer.Exit(EXIT_RUNTIME) from None
+        except Exception as exc:  # noqa: BLE001 - anything else is a runtime failure, never a traceback
+            if os.environ.get("FEDAUDIT_DEBUG"):
+                raise
+            error_line(f"internal error: {type(exc).__name__}: {exc} (set FEDAUDIT_DEBUG=1 for the traceback)")
+            raise typer.Exit(EXIT_RUNTIME) from None
+
+    return wrapper

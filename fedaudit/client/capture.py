@@ -1,0 +1,117 @@
+"""Record what a client would upload from a batch of images.
+
+FedSGD: the gradient of the batch-mean (or -sum) cross-entropy at the global weights (kind=gradient).
+FedAvg: K local SGD steps, each on the next batch of B images (cycling when N < B*K), then the weight
+delta or the full local weights (kind=delta|weights). The images' order is the client's data order.
+"""
+
+from __future__ import annotations
+
+import copy
+import fnmatch
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fedaudit import __version__
+from fedaudit.errors import InputError
+from fedaudit.io.update import UpdateMeta
+from fedaudit.models import ModelSpec
+from fedaudit.models.normalize import normalize
+
+
+@dataclass
+class CaptureConfig:
+    batch_size: int
+    local_steps: int = 1
+    lr: float | None = None
+    kind: str | None = None  # None: gradient for one step, delta for more
+    reduction: str = "mean"
+    delta_sign: str = "local_minus_global"
+    bn_mode: str = "train"
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    withhold: tuple[str, ...] = ()  # fnmatch patterns of tensor names left out of the upload
+    include_buffers: bool = True  # delta/weights uploads carry BN buffers (Flower/NVFlare state_dicts do)
+    source: dict = field(default_factory=dict)
+
+    def resolved_kind(self) -> str:
+        return self.kind or ("gradient" if self.local_steps == 1 else "delta")
+
+
+@dataclass
+class Capture:
+    tensors: dict[str, torch.Tensor]
+    meta: UpdateMeta
+    step: torch.Tensor  # for each image, the index of the local batch it belongs to
+
+
+def _validate(cfg: CaptureConfig, n: int) -> str:
+    kind = cfg.resolved_kind()
+    if cfg.batch_size < 1 or cfg.local_steps < 1:
+        raise InputError("--batch-size and --local-steps must be >= 1")
+    if n % cfg.batch_size:
+        raise InputError(f"{n} images do not split into batches of {cfg.batch_size}")
+    if kind == "gradient":
+        if cfg.local_steps != 1:
+            raise InputError("a gradient upload is one step; use --kind delta or weights for --local-steps > 1")
+        if n != cfg.batch_size:
+            raise InputError(f"a one-step gradient uses exactly one batch: {n} images but --batch-size {cfg.batch_size}")
+    elif cfg.lr is None or cfg.lr <= 0:
+        raise InputError(f"a {kind} upload needs --lr > 0")
+    return kind
+
+
+def _loss(model: nn.Module, spec: ModelSpec, x: torch.Tensor, y: torch.Tensor, reduction: str) -> torch.Tensor:
+    try:
+        return F.cross_entropy(model(normalize(x, spec)), y, reduction=reduction)
+    except ValueError as exc:  # BatchNorm in train mode on a 1x1 feature map with batch 1
+        raise InputError(f"the client forward failed: {exc} (try --bn-mode eval)") from None
+
+
+def capture_update(model: nn.Module, spec: ModelSpec, images: torch.Tensor, labels: torch.Tensor,
+                   cfg: CaptureConfig, base_sha256: str | None = None) -> Capture:
+    kind = _validate(cfg, images.shape[0])
+    model = copy.deepcopy(model)
+    model.train(cfg.bn_mode == "train")
+    params = dict(model.named_parameters())
+    nb = images.shape[0] // cfg.batch_size
+    step = torch.arange(images.shape[0]) // cfg.batch_size
+    if kind == "gradient":
+        loss = _loss(model, spec, images, labels, cfg.reduction)
+        out = dict(zip(params, torch.autograd.grad(loss, list(params.values()))))
+    else:
+        start = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        opt = torch.optim.SGD(params.values(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+        for k in range(cfg.local_steps):
+            sel = slice((k % nb) * cfg.batch_size, (k % nb + 1) * cfg.batch_size)
+            opt.zero_grad()
+            _loss(model, spec, images[sel], labels[sel], "mean").backward()
+            opt.step()
+        end = model.state_dict()
+        names = [k for k in end if k in params or cfg.include_buffers]
+        if kind == "weights":
+            out = {k: end[k].detach().clone() for k in names}
+        else:
+            sign = 1 if cfg.delta_sign == "local_minus_global" else -1
+            out = {k: sign * (end[k].detach() - start[k]) for k in names}
+    out = {k: v for k, v in out.items() if not any(fnmatch.fnmatchcase(k, pat) for pat in cfg.withhold)}
+    if not any(k in params for k in out):
+        raise InputError("--withhold removes every parameter; nothing would be uploaded")
+    meta = UpdateMeta(
+        kind=kind,
+        delta_sign=cfg.delta_sign if kind == "delta" else None,
+        reduction=cfg.reduction if kind == "gradient" else None,
+        batch_size=cfg.batch_size,
+        local_steps=cfg.local_steps,
+        local_lr=cfg.lr if kind != "gradient" else None,
+        num_examples=images.shape[0],
+        bn_mode=cfg.bn_mode,
+        base_checkpoint_sha256=base_sha256,
+        optimizer={"name": "sgd", "momentum": cfg.momentum, "weight_decay": cfg.weight_decay},
+        defenses=[],
+        source={"tool": f"fedaudit {__version__} capture", "withheld": list(cfg.withhold), **cfg.source},
+    )
+    return Capture(out, meta, step)

