@@ -23,14 +23,12 @@ def inspect_threat_model(tm: ThreatModel) -> dict[str, Any]:
     params = dict(tm.model.named_parameters())
     layers = []
     for name, p in params.items():
-        row: dict[str, Any] = {"name": name, "shape": list(p.shape), "present": name in tm.gradient}
-        if name in tm.update.tensors:
-            raw = tm.update.tensors[name]
-            row["finite"] = bool(torch.isfinite(raw).all())
-            row["raw_norm"] = float(raw.float().norm()) if row["finite"] else None
-            g = tm.gradient[name]
-            row["grad_norm"] = float(g.norm()) if row["finite"] else None
-        layers.append(row)
+        present = name in tm.gradient
+        finite = bool(torch.isfinite(tm.update.tensors[name]).all()) if present else None
+        ok = bool(present and finite)
+        layers.append({"name": name, "shape": list(p.shape), "present": present, "finite": finite,
+                       "raw_norm": float(tm.update.tensors[name].float().norm()) if ok else None,
+                       "grad_norm": float(tm.gradient[name].norm()) if ok else None})
     buffers = [{"name": k, "shape": list(v.shape)} for k, v in tm.client_buffers.items()]
     meta = tm.meta.as_dict()
     return {

@@ -88,13 +88,22 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
     return atomic_write_bytes(path, text.encode("utf-8"))
 
 
+def canonical_safetensors(data: bytes) -> bytes:
+    """Re-serialise the header with sorted keys (safetensors writes metadata in hash-map order), padded
+    with spaces to 8-byte alignment as the format allows: same tensors + metadata => same bytes and sha256."""
+    n = int.from_bytes(data[:8], "little")
+    header = json.dumps(json.loads(data[8:8 + n]), sort_keys=True, separators=(",", ":")).encode("utf-8")
+    header += b" " * (-(8 + len(header)) % 8)
+    return len(header).to_bytes(8, "little") + header + data[8 + n:]
+
+
 def write_safetensors(path: str | Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> Path:
     """Atomic safetensors write; tensors are made contiguous CPU copies (tied tensors are cloned)."""
     bad = [k for k, v in metadata.items() if not isinstance(v, str)]
     if bad:
         raise TypeError(f"safetensors metadata values must be strings: {bad}")
     clean = {k: v.detach().to("cpu").contiguous().clone() for k, v in tensors.items()}
-    return atomic_write_bytes(path, st_save(clean, metadata={"format": "pt", **metadata}))
+    return atomic_write_bytes(path, canonical_safetensors(st_save(clean, metadata={"format": "pt", **metadata})))
 
 
 def dumps_json(obj) -> str:

