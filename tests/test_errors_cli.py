@@ -10,26 +10,23 @@ from fedaudit.io.files import read_safetensors, write_safetensors
 from .conftest import assert_one_error_line, run_module, sample
 
 
-def _copy_update(tmp_path, mutate=None, meta_update=None, name="lenet_b1"):
-    tensors, meta = read_safetensors(sample(name)[1], "update")
+def _rewrite(src, dst, mutate=None, meta_update=None):
+    """A copy of ``src`` with its tensors mutated and/or metadata changed."""
+    tensors, meta = read_safetensors(src, "input")
     meta.pop("format", None)
     if mutate:
         mutate(tensors)
     meta.update(meta_update or {})
-    path = tmp_path / "bad_update.safetensors"
-    write_safetensors(path, tensors, meta)
-    return path
+    write_safetensors(dst, tensors, meta)
+    return dst
+
+
+def _copy_update(tmp_path, mutate=None, meta_update=None):
+    return _rewrite(sample("lenet_b1")[1], tmp_path / "bad_update.safetensors", mutate, meta_update)
 
 
 def _copy_checkpoint(tmp_path, mutate=None, meta_update=None):
-    tensors, meta = read_safetensors(sample("lenet_b1")[0], "checkpoint")
-    meta.pop("format", None)
-    if mutate:
-        mutate(tensors)
-    meta.update(meta_update or {})
-    path = tmp_path / "bad_ckpt.safetensors"
-    write_safetensors(path, tensors, meta)
-    return path
+    return _rewrite(sample("lenet_b1")[0], tmp_path / "bad_ckpt.safetensors", mutate, meta_update)
 
 
 def _truncated(tmp_path):

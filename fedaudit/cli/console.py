@@ -9,6 +9,7 @@ from typing import Any
 
 from rich.console import Console
 
+from fedaudit.errors import InputError
 from fedaudit.io.files import atomic_write_text, dumps_json
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\x1b]")
@@ -34,6 +35,12 @@ def info_line(message: str, quiet: bool = False) -> None:
     if not quiet:
         sys.stderr.write("fedaudit: " + clean(message) + "\n")
         sys.stderr.flush()
+
+
+def refuse_existing(path: Path | None, force: bool) -> None:
+    """Never silently replace an output file the user already has."""
+    if path is not None and path.exists() and not force:
+        raise InputError(f"{str(path)!r} already exists; pass --force to replace it")
 
 
 def emit_json(obj: Any, output: Path | None = None) -> None:

@@ -10,8 +10,16 @@ import os
 
 import typer
 
-from fedaudit.cli.console import error_line
-from fedaudit.errors import EXIT_INTERRUPTED, EXIT_RUNTIME, FedauditError
+from fedaudit.cli.console import error_line, info_line
+from fedaudit.errors import EXIT_INTERRUPTED, EXIT_LEAKAGE, EXIT_RUNTIME, FedauditError
+from fedaudit.metrics.risk import at_or_above
+
+
+def fail_exit(band: str, fail_on: str, quiet: bool) -> None:
+    """Exit 1 when ``band`` reaches ``--fail-on`` (call after all output is written)."""
+    if fail_on != "never" and at_or_above(band, fail_on):
+        info_line(f"leakage risk {band} is at or above --fail-on {fail_on}", quiet)
+        raise typer.Exit(EXIT_LEAKAGE)
 
 
 def handle_errors(fn):

@@ -2,10 +2,45 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+
+
+class Kind(str, Enum):
+    gradient = "gradient"
+    delta = "delta"
+    weights = "weights"
+
+
+class Sign(str, Enum):
+    local_minus_global = "local_minus_global"
+    global_minus_local = "global_minus_local"
+
+
+class Reduction(str, Enum):
+    mean = "mean"
+    sum = "sum"
+
+
+class BNMode(str, Enum):
+    train = "train"
+    eval = "eval"
+
+
+class FailOn(str, Enum):
+    never = "never"
+    medium = "medium"
+    high = "high"
+    very_high = "very_high"
+
+
+class LpipsNet(str, Enum):
+    vgg = "vgg"
+    alex = "alex"
+
 
 CheckpointArg = Annotated[Path, typer.Argument(help="Global checkpoint (.safetensors with fedaudit.* metadata).", show_default=False)]
 UpdateArg = Annotated[Path, typer.Argument(help="Recorded client update (.safetensors).", show_default=False)]
@@ -16,3 +51,6 @@ AllowCustomArchOpt = Annotated[bool, typer.Option("--allow-custom-arch", help="A
 IgnoreBaseOpt = Annotated[bool, typer.Option("--ignore-base-mismatch", help="Audit even if the update names a different base checkpoint hash.")]
 DeviceOpt = Annotated[str, typer.Option("--device", envvar="FEDAUDIT_DEVICE", help="auto | cpu | cuda | cuda:N")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Random seed (runs are repeatable on CPU).")]
+FailOnOpt = Annotated[FailOn, typer.Option("--fail-on", help="Exit 1 when the risk band (FedLeak PSNR bands) is at or above this.")]
+LpipsNetOpt = Annotated[LpipsNet, typer.Option("--lpips-net", help="LPIPS backbone (vgg is the meaningful one at 32x32).")]
+LpipsWeightsOpt = Annotated[Optional[Path], typer.Option("--lpips-weights", help="LPIPS model file from 'fedaudit lpips-export'.")]

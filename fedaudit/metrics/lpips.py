@@ -105,15 +105,13 @@ def load_lpips(net: str = "vgg", weights: str | None = None) -> LpipsModel:
     if net not in NETS:
         return LpipsModel(net, None, None, f"unknown LPIPS net {net!r} (use alex or vgg)")
     try:
-        import lpips  # noqa: F401
+        import lpips
     except ImportError:
         return LpipsModel(net, None, None, "the lpips package is not installed")
     try:
         if weights:
             model, source = _from_file(net, Path(weights)), f"file {weights}"
         elif (Path(torch.hub.get_dir()) / "checkpoints" / _HUB_FILES[net]).exists():
-            import lpips
-
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 model = lpips.LPIPS(net=net, verbose=False)

@@ -12,11 +12,16 @@ table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:
 th{background:#f3f3f3}td.l,th.l{text-align:left}img.px{image-rendering:pixelated}
 .band{font-weight:bold;padding:2px 8px;border-radius:4px;color:#fff}
 .low{background:#3a7d44}.medium{background:#c79a00}.high{background:#d9661f}.very_high{background:#b3261e}
-pre{background:#f6f6f6;padding:1em;overflow:auto;font-size:12px}"""
+pre{background:#f6f6f6;padding:1em;overflow:auto;font-size:12px}
+td.h{font-family:monospace;font-size:11px;word-break:break-all;max-width:36em}"""
 
 
 def _uri(png: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+
+
+def _band(band: str) -> str:
+    return band.replace("_", " ")
 
 
 def _num(v: Any) -> str:
@@ -33,9 +38,9 @@ def render_html(report: dict[str, Any], grid_png: bytes | None, image_pngs: list
     metrics = report.get("metrics")
     if metrics:
         band = metrics.get("risk_band", "")
-        parts.append(f"<h2>Leakage risk: <span class='band {e(band)}'>{e(band.replace('_', ' '))}</span></h2>"
+        parts.append(f"<h2>Leakage risk: <span class='band {e(band)}'>{e(_band(band))}</span></h2>"
                      f"<p>{e(metrics['conventions']['risk_bands'])}; worst single image: "
-                     f"{e(metrics.get('worst_image_risk_band', ''))}</p>")
+                     f"{e(_band(metrics.get('worst_image_risk_band', '')))}</p>")
         parts.append("<table><tr><th class='l'>metric</th><th>mean</th><th>std</th><th>min</th><th>max</th></tr>")
         for name, st in metrics["summary"].items():
             if st is None:
@@ -54,13 +59,13 @@ def render_html(report: dict[str, Any], grid_png: bytes | None, image_pngs: list
             r = row["recon_index"]
             img = f"<img class='px' width=64 src='{_uri(image_pngs[r])}'>" if r < len(image_pngs) else ""
             parts.append(f"<tr><td>{row['truth_index']}</td><td>{r}</td><td>{img}</td><td>{_num(row['psnr'])}</td>"
-                         f"<td>{_num(row['ssim'])}</td><td>{_num(row['lpips'])}</td><td class='l'>{e(row['risk_band'])}</td></tr>")
+                         f"<td>{_num(row['ssim'])}</td><td>{_num(row['lpips'])}</td><td class='l'>{e(_band(row['risk_band']))}</td></tr>")
         parts.append("</table>")
     if report.get("labels"):
         parts.append(f"<h2>Labels</h2><pre>{e(json.dumps(report['labels'], indent=2))}</pre>")
     parts.append("<h2>Inputs</h2><table><tr><th class='l'>role</th><th class='l'>path</th><th class='l'>sha256</th></tr>")
     for role, inp in report.get("inputs", {}).items():
-        parts.append(f"<tr><td class='l'>{e(role)}</td><td class='l'>{e(str(inp['path']))}</td><td class='l'>{e(str(inp['sha256']))}</td></tr>")
+        parts.append(f"<tr><td class='l'>{e(role)}</td><td class='l'>{e(str(inp['path']))}</td><td class='h'>{e(str(inp['sha256']))}</td></tr>")
     parts.append("</table>")
     parts.append(f"<h2>Options, environment, timings</h2><pre>{e(json.dumps({k: report.get(k) for k in ('options', 'seed', 'environment', 'timings')}, indent=2))}</pre>")
     parts.append("</body></html>\n")

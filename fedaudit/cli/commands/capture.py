@@ -2,50 +2,23 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
 import torch
 import typer
 
-from fedaudit.cli.console import emit_json, info_line
+from fedaudit.cli.console import emit_json, info_line, refuse_existing
 from fedaudit.cli.errors import handle_errors
-from fedaudit.cli.options import AllowCustomArchOpt, CheckpointArg, DeviceOpt, ForceOpt, QuietOpt, SeedOpt
+from fedaudit.cli.options import (AllowCustomArchOpt, BNMode, CheckpointArg, DeviceOpt, ForceOpt, Kind, QuietOpt,
+                                  Reduction, SeedOpt, Sign)
 from fedaudit.client.capture import CaptureConfig, capture_update
 from fedaudit.device import resolve_device
-from fedaudit.errors import InputError
 from fedaudit.io.checkpoint import load_checkpoint
 from fedaudit.io.files import sha256_file
 from fedaudit.io.images import load_images, parse_labels
 from fedaudit.io.truth import Truth, save_truth
 from fedaudit.io.update import save_update
-
-
-class Kind(str, Enum):
-    gradient = "gradient"
-    delta = "delta"
-    weights = "weights"
-
-
-class Sign(str, Enum):
-    local_minus_global = "local_minus_global"
-    global_minus_local = "global_minus_local"
-
-
-class Reduction(str, Enum):
-    mean = "mean"
-    sum = "sum"
-
-
-class BNMode(str, Enum):
-    train = "train"
-    eval = "eval"
-
-
-def refuse_existing(path: Path | None, force: bool) -> None:
-    if path is not None and path.exists() and not force:
-        raise InputError(f"{str(path)!r} already exists; pass --force to replace it")
 
 
 def register(app) -> None:

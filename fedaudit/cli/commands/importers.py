@@ -8,17 +8,16 @@ from typing import Annotated, Optional
 import torch
 import typer
 
-from fedaudit.cli.commands.capture import BNMode, Kind, Sign, refuse_existing
-from fedaudit.cli.console import emit_json, info_line
+from fedaudit.cli.commands.spec_options import ArchKwargsOpt, InputShapeOpt, MeanOpt, NumClassesOpt, StdOpt, make_spec
+from fedaudit.cli.console import emit_json, info_line, refuse_existing
 from fedaudit.cli.errors import handle_errors
-from fedaudit.cli.options import AllowCustomArchOpt, CheckpointArg, ForceOpt, QuietOpt
+from fedaudit.cli.options import AllowCustomArchOpt, BNMode, ForceOpt, Kind, QuietOpt, Sign
 from fedaudit.errors import InputError
 from fedaudit.io.checkpoint import check_forward, load_checkpoint, load_state_strict, save_checkpoint
 from fedaudit.io.files import PICKLE_SUFFIXES, check_readable, read_safetensors
 from fedaudit.io.flower import name_arrays, read_npz_list
 from fedaudit.io.update import UpdateMeta, save_update
-from fedaudit.models import ModelSpec, build_model
-from fedaudit.cli.commands.spec_options import ArchKwargsOpt, InputShapeOpt, MeanOpt, NumClassesOpt, StdOpt, make_spec
+from fedaudit.models import build_model
 
 import_app = typer.Typer(no_args_is_help=True, help="Convert other formats into fedaudit's safetensors files.")
 

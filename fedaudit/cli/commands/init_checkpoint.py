@@ -8,9 +8,8 @@ from typing import Annotated
 import torch
 import typer
 
-from fedaudit.cli.commands.capture import refuse_existing
 from fedaudit.cli.commands.spec_options import ArchKwargsOpt, InputShapeOpt, MeanOpt, NumClassesOpt, StdOpt, make_spec
-from fedaudit.cli.console import emit_json, info_line
+from fedaudit.cli.console import emit_json, info_line, refuse_existing
 from fedaudit.cli.errors import handle_errors
 from fedaudit.cli.options import AllowCustomArchOpt, ForceOpt, QuietOpt, SeedOpt
 from fedaudit.io.checkpoint import check_forward, save_checkpoint

@@ -7,11 +7,9 @@ from typing import Annotated
 
 import typer
 
-from fedaudit.cli.commands.capture import refuse_existing
-from fedaudit.cli.commands.score import LpipsNet
-from fedaudit.cli.console import emit_json
+from fedaudit.cli.console import emit_json, refuse_existing
 from fedaudit.cli.errors import handle_errors
-from fedaudit.cli.options import ForceOpt
+from fedaudit.cli.options import ForceOpt, LpipsNet
 from fedaudit.errors import InputError
 from fedaudit.metrics.lpips import export_lpips, load_lpips
 

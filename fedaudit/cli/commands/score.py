@@ -2,47 +2,21 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 from fedaudit.cli.console import emit_json, info_line
-from fedaudit.cli.errors import handle_errors
-from fedaudit.cli.options import ForceOpt, QuietOpt
-from fedaudit.errors import EXIT_LEAKAGE, InputError
+from fedaudit.cli.errors import fail_exit, handle_errors
+from fedaudit.cli.options import FailOn, FailOnOpt, ForceOpt, LpipsNet, LpipsNetOpt, LpipsWeightsOpt, QuietOpt
+from fedaudit.errors import InputError
 from fedaudit.io.images import load_images
 from fedaudit.io.truth import load_truth
 from fedaudit.metrics.evaluate import evaluate_images
-from fedaudit.metrics.risk import at_or_above
 from fedaudit.report.document import Timer, new_report
 from fedaudit.report.outdir import OutputDir
 from fedaudit.report.write import write_report
-
-
-class FailOn(str, Enum):
-    never = "never"
-    medium = "medium"
-    high = "high"
-    very_high = "very_high"
-
-
-class LpipsNet(str, Enum):
-    vgg = "vgg"
-    alex = "alex"
-
-
-FailOnOpt = Annotated[FailOn, typer.Option("--fail-on", help="Exit 1 when the risk band (FedLeak PSNR bands) is at or above this.")]
-LpipsNetOpt = Annotated[LpipsNet, typer.Option("--lpips-net", help="LPIPS backbone (vgg is the meaningful one at 32x32).")]
-LpipsWeightsOpt = Annotated[Optional[Path], typer.Option("--lpips-weights", help="LPIPS model file from 'fedaudit lpips-export'.")]
-
-
-def fail_exit(band: str, fail_on: FailOn, quiet: bool) -> None:
-    """Exit 1 when ``band`` reaches ``--fail-on`` (after all output is written)."""
-    if fail_on != FailOn.never and at_or_above(band, fail_on.value):
-        info_line(f"leakage risk {band} is at or above --fail-on {fail_on.value}", quiet)
-        raise typer.Exit(EXIT_LEAKAGE)
 
 
 def register(app) -> None:
@@ -77,4 +51,4 @@ def register(app) -> None:
                   f"risk {m['risk_band']} -> {out}/report.html", quiet)
         emit_json({"out": str(out), "risk_band": m["risk_band"], "summary": m["summary"],
                    "worst_image_risk_band": m["worst_image_risk_band"]})
-        fail_exit(m["risk_band"], fail_on, quiet)
+        fail_exit(m["risk_band"], fail_on.value, quiet)
