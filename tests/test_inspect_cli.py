@@ -51,3 +51,15 @@ def test_subprocess_streams_and_output_file(tmp_path):
     assert proc.returncode == 0 and proc.stdout == "" and proc.stderr == ""
     assert json.loads((tmp_path / "i.json").read_text())["kind"] == "gradient"
     assert torch.__version__  # same interpreter as the subprocess
+
+
+def test_console_script_is_installed():
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(sys.executable).parent / "fedaudit"
+    assert script.exists() or shutil.which("fedaudit")
+    proc = subprocess.run([str(script if script.exists() else "fedaudit"), "--version"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.startswith("fedaudit ")
