@@ -15,7 +15,7 @@ def _applicability(registry, tm: ThreatModel) -> dict[str, Any]:
     out = {}
     for name, method in registry:
         reasons = method.why_not(tm)
-        out[name] = {"applicable": not reasons, "why_not": reasons}
+        out[name] = {"applicable": not reasons, "why_not": reasons, "aux": getattr(method, "aux", "none")}
     return out
 
 

@@ -35,6 +35,12 @@ def _final(tm: ThreatModel, part: str) -> str | None:
 
 FINAL_WEIGHT_GRAD = Requirement("final_weight_grad", "the output layer's weight gradient", lambda tm: _final(tm, "weight"))
 FINAL_BIAS_GRAD = Requirement("final_bias_grad", "the output layer's bias gradient", lambda tm: _final(tm, "bias"))
+def _final_any(tm: ThreatModel) -> str | None:
+    weight, bias = _final(tm, "weight"), _final(tm, "bias")
+    return None if weight is None or bias is None else "needs the output layer's weight or bias gradient; the update withholds both"
+
+
+FINAL_LAYER_GRAD = Requirement("final_layer_grad", "the output layer's weight or bias gradient", _final_any)
 BATCH_SIZE = Requirement(
     "batch_size", "the batch size (fedaudit.batch_size)",
     lambda tm: None if tm.batch_size else "needs the batch size, which the update's metadata does not record",
