@@ -228,3 +228,16 @@ def test_cli_table_options_and_errors(cli, tmp_path):
     assert out["aux"] == {"kind": "images", "count": 4, "labelled": True} and out["num_samples"] == 8
     cli("labels", "idlg", ckpt, upd, "-q", "-o", tmp_path / "labels.json")
     assert json.loads((tmp_path / "labels.json").read_text())["method"] == "idlg"
+
+
+def test_batch_size_override_when_metadata_lacks_it(cli, tmp_path):
+    from fedaudit.io.files import read_safetensors, write_safetensors
+
+    ckpt, upd, truth = sample("lenet_b4")
+    tensors, meta = read_safetensors(upd, "update")
+    meta = {k: v for k, v in meta.items() if k not in ("format", "fedaudit.batch_size", "fedaudit.num_examples")}
+    write_safetensors(tmp_path / "u.safetensors", tensors, meta)
+    res = cli("labels", "llg", ckpt, tmp_path / "u.safetensors", expect=2)
+    assert_one_error_line(res.stderr, "not applicable: llg", "batch size")
+    out = cli.json(cli("labels", "llg", ckpt, tmp_path / "u.safetensors", "-b", "4", "-q"))
+    assert out["num_samples"] == 4

@@ -3,3 +3,5 @@
 from fedaudit.registry import Registry
 
 ATTACKS: Registry = Registry("attack")
+
+from fedaudit.attacks import dlg, fedleak, ig  # noqa: E402,F401  (registration)

@@ -97,13 +97,18 @@ def canonical_safetensors(data: bytes) -> bytes:
     return len(header).to_bytes(8, "little") + header + data[8 + n:]
 
 
-def write_safetensors(path: str | Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> Path:
-    """Atomic safetensors write; tensors are made contiguous CPU copies (tied tensors are cloned)."""
+def safetensors_bytes(tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> bytes:
+    """Canonical safetensors bytes; tensors are made contiguous CPU copies (tied tensors are cloned)."""
     bad = [k for k, v in metadata.items() if not isinstance(v, str)]
     if bad:
         raise TypeError(f"safetensors metadata values must be strings: {bad}")
     clean = {k: v.detach().to("cpu").contiguous().clone() for k, v in tensors.items()}
-    return atomic_write_bytes(path, canonical_safetensors(st_save(clean, metadata={"format": "pt", **metadata})))
+    return canonical_safetensors(st_save(clean, metadata={"format": "pt", **metadata}))
+
+
+def write_safetensors(path: str | Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> Path:
+    """Atomic safetensors write."""
+    return atomic_write_bytes(path, safetensors_bytes(tensors, metadata))
 
 
 def dumps_json(obj) -> str:

@@ -14,6 +14,7 @@ import torch
 
 from fedaudit.errors import InputError, NotApplicable
 from fedaudit.methods import Method
+from fedaudit.requirements import BATCH_SIZE, unmet
 from fedaudit.threat_model import ThreatModel
 
 
@@ -73,7 +74,8 @@ class LabelMethod(Method):
 
     @classmethod
     def why_not(cls, tm: ThreatModel, ctx: LabelContext | None = None) -> list[str]:
-        reasons = [r for r in super().why_not(tm) if not (ctx and ctx.batch_size and "batch size" in r)]
+        needs = [r for r in cls.requires if not (r is BATCH_SIZE and ctx is not None and ctx.batch_size)]
+        reasons = unmet(needs, tm)
         if ctx is not None:
             if cls.aux in ("required", "labelled") and (ctx.aux is None or ctx.aux.kind != "images"):
                 reasons.append(f"needs auxiliary images (--aux){' with labels' if cls.aux == 'labelled' else ''}")

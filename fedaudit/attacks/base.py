@@ -1,0 +1,69 @@
+"""What an optimisation attack plugs into the shared loop: its variables, objective, step rule and projection."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+
+from fedaudit.attacks.engine import GradientEngine
+from fedaudit.labels.base import MethodOption
+from fedaudit.methods import Method
+from fedaudit.threat_model import ThreatModel
+
+
+def total_variation(x: torch.Tensor) -> torch.Tensor:
+    """Anisotropic TV, mean |dx| + mean |dy| (breaching's convention for Inverting Gradients)."""
+    return (x[..., :, 1:] - x[..., :, :-1]).abs().mean() + (x[..., 1:, :] - x[..., :-1, :]).abs().mean()
+
+
+def lr_factor(schedule: str, it: int, total: int) -> float:
+    """Learning-rate multiplier at iteration ``it`` (a pure function, so resuming needs no scheduler state).
+    ``step``: x0.1 at 3/8, 5/8 and 7/8 of the run (Inverting Gradients); ``cosine``; ``none``."""
+    if schedule == "step":
+        return 0.1 ** sum(it >= round(total * f) for f in (3 / 8, 5 / 8, 7 / 8))
+    if schedule == "cosine":
+        return 0.5 * (1 + torch.cos(torch.tensor(torch.pi * it / max(total, 1))).item())
+    return 1.0
+
+
+class OptimizationAttack(Method):
+    """Subclasses set ``defaults`` (iterations, lr, schedule, restarts) and ``options``, and implement
+    ``init_state``, ``closure`` and ``distance``. ``closure`` must leave the step direction in ``.grad``."""
+
+    options: ClassVar[tuple[MethodOption, ...]] = ()
+    defaults: ClassVar[dict[str, Any]] = {"iterations": 1000, "lr": 0.1, "schedule": "step", "restarts": 1}
+    optimizer_name: ClassVar[str] = "adam"
+
+    def __init__(self, tm: ThreatModel, engine: GradientEngine, labels: torch.Tensor, options: dict[str, Any],
+                 num_images: int):
+        self.tm, self.engine, self.options = tm, engine, options
+        self.labels = labels.to(engine.device)
+        self.num_images = num_images
+        self.shape = (num_images, *tm.spec.input_shape)
+
+    def init_state(self, gen: torch.Generator) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+    def closure(self, state: dict[str, torch.Tensor], it: int) -> float:
+        raise NotImplementedError
+
+    def distance(self, state: dict[str, torch.Tensor]) -> float:
+        """The score that picks the best restart: a gradient distance only (never the truth)."""
+        raise NotImplementedError
+
+    def project(self, state: dict[str, torch.Tensor]) -> None:
+        with torch.no_grad():
+            state["x"].clamp_(0, 1)
+
+    def images(self, state: dict[str, torch.Tensor]) -> torch.Tensor:
+        return state["x"].detach().clamp(0, 1)
+
+    def recovered_labels(self, state: dict[str, torch.Tensor]) -> list[int]:
+        return self.labels.tolist() if self.labels.ndim == 1 else self.labels.argmax(-1).tolist()
+
+    def optimizer(self, state: dict[str, torch.Tensor], lr: float) -> torch.optim.Optimizer:
+        params = list(state.values())
+        if self.optimizer_name == "lbfgs":
+            return torch.optim.LBFGS(params, lr=lr, max_iter=1, history_size=100)
+        return torch.optim.Adam(params, lr=lr)

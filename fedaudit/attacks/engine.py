@@ -1,0 +1,96 @@
+"""The gradient engine: grad_w L(F(x', w), y') through the real architecture, with a graph for second order.
+
+One place for every optimisation attack (DESIGN.md):
+* functional call over the checkpoint's parameters (``torch.func.functional_call``), so the model object is
+  never mutated and BatchNorm buffers are fresh copies on every call;
+* BatchNorm in the mode the update records (train: batch statistics, as the client had; eval: running stats);
+* normalisation inside the forward (x' lives in [0,1] pixel space);
+* restricted to the parameters present in the update (a withheld tensor is simply not matched);
+* optional unrolling of K local SGD steps for FedAvg deltas: the synthetic update is converted exactly as the
+  recorded one is (fedaudit/conversion.py), so both sides of the match mean the same thing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch.func import functional_call
+
+from fedaudit.conversion import gradient_scale
+from fedaudit.models.normalize import normalize
+from fedaudit.threat_model import ThreatModel
+
+
+@dataclass
+class Target:
+    names: list[str]  # present parameters, in the model's order
+    tensors: list[torch.Tensor]  # the update's averaged gradient g_hat for each of them
+
+
+class GradientEngine:
+    def __init__(self, tm: ThreatModel, device: torch.device | str = "cpu", unroll: bool = False):
+        self.tm = tm
+        self.spec = tm.spec
+        self.device = torch.device(device)
+        model = tm.model.to(self.device)
+        self.model = model
+        self.params = {k: p.detach() for k, p in model.named_parameters()}
+        self.buffers = {k: b.detach() for k, b in model.named_buffers()}
+        self.train_bn = tm.meta.bn_mode == "train"
+        self.target = Target(list(tm.present), [tm.gradient[k].to(self.device) for k in tm.present])
+        self.steps = tm.meta.local_steps if unroll else 1
+        self.unroll = unroll and self.steps > 1
+        momentum = float((tm.meta.optimizer or {}).get("momentum", 0) or 0)
+        self.lr = tm.meta.local_lr
+        if self.unroll and momentum:
+            raise ValueError("unrolling supports plain SGD local training (momentum 0)")
+
+    def forward(self, x01: torch.Tensor, params: dict[str, torch.Tensor] | None = None,
+                capture: list | None = None) -> torch.Tensor:
+        """Logits of images in [0,1]. ``capture`` collects every ReLU/activation output (activation terms)."""
+        state = dict(params or self.params)
+        state.update({k: b.clone() for k, b in self.buffers.items()})
+        self.model.train(self.train_bn)
+        hooks = []
+        if capture is not None:
+            for m in self.model.modules():
+                if isinstance(m, (torch.nn.ReLU, torch.nn.Sigmoid, torch.nn.LeakyReLU, torch.nn.GELU)):
+                    hooks.append(m.register_forward_hook(lambda mod, i, o: capture.append(o)))
+        try:
+            return functional_call(self.model, state, (normalize(x01, self.spec),))
+        finally:
+            for h in hooks:
+                h.remove()
+            self.model.eval()
+
+    @staticmethod
+    def loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Mean cross-entropy; ``labels`` are class indices [N] or soft label logits [N, C] (DLG)."""
+        if labels.dtype in (torch.int64, torch.int32):
+            return F.cross_entropy(logits, labels)
+        return torch.mean(torch.sum(-torch.softmax(labels, -1) * torch.log_softmax(logits, -1), -1))
+
+    def gradient(self, x01: torch.Tensor, labels: torch.Tensor, create_graph: bool = True,
+                 capture: list | None = None) -> list[torch.Tensor]:
+        """The dummy batch's averaged gradient for the matched parameters (one step, or K unrolled steps)."""
+        if not self.unroll:
+            params = {k: (p.requires_grad_(True) if k in self.target.names else p) for k, p in
+                      ((k, p.detach()) for k, p in self.params.items())}
+            loss = self.loss(self.forward(x01, params, capture), labels)
+            return list(torch.autograd.grad(loss, [params[k] for k in self.target.names], create_graph=create_graph))
+        return self._unrolled(x01, labels, create_graph, capture)
+
+    def _unrolled(self, x01, labels, create_graph, capture):
+        """K SGD steps on consecutive chunks of the dummy batch; returns -(w_K - w_0) / (lr K) like conversion."""
+        w0 = {k: p.detach().requires_grad_(True) for k, p in self.params.items()}
+        w = dict(w0)
+        chunks_x, chunks_y = x01.chunk(self.steps), labels.chunk(self.steps)
+        trainable = list(w0)
+        for xk, yk in zip(chunks_x, chunks_y):
+            loss = self.loss(self.forward(xk, w, capture), yk)
+            grads = torch.autograd.grad(loss, [w[k] for k in trainable], create_graph=create_graph)
+            w = {k: w[k] - self.lr * g for k, g in zip(trainable, grads)}
+        scale = gradient_scale(self.tm.meta)
+        return [-(w[k] - w0[k]) / scale for k in self.target.names]

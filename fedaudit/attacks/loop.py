@@ -1,0 +1,178 @@
+"""The optimisation loop every attack shares: restarts, schedules, projection, progress, checkpoints, Ctrl-C.
+
+* Restarts: each starts from a fresh seeded initialisation; the best is chosen by the attack's gradient
+  distance (never by the truth).
+* Divergence: a non-finite loss or iterate ends that restart (recorded) and the next one begins.
+* Checkpoints: every ``checkpoint_every`` iterations the variables, the Adam state, the best result so far and
+  the position (restart, iteration) are written atomically to one safetensors file; ``resume`` continues from it.
+  (L-BFGS keeps no state across a resume: its curvature history is rebuilt.)
+* Ctrl-C: the loop stops, scores the current iterate, and returns the best so far with ``interrupted=True``.
+* Seeds: ``seed`` fixes every initialisation, so CPU runs repeat exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from fedaudit.attacks.base import OptimizationAttack, lr_factor
+from fedaudit.errors import InputError, RuntimeFailure
+from fedaudit.io.files import read_safetensors, write_safetensors
+
+
+@dataclass
+class LoopConfig:
+    iterations: int
+    restarts: int = 1
+    lr: float = 0.1
+    schedule: str = "step"
+    seed: int = 0
+    checkpoint_every: int = 0
+    checkpoint_path: Path | None = None
+    resume: Path | None = None
+    quiet: bool = False
+    fingerprint: str = ""  # attack + options + update hash; a checkpoint only resumes the same run
+
+
+@dataclass
+class LoopResult:
+    images: torch.Tensor
+    labels: list[int]
+    distance: float
+    best_restart: int
+    iterations_run: int
+    interrupted: bool = False
+    diverged_restarts: list[int] = field(default_factory=list)
+    history: list[tuple[int, int, float]] = field(default_factory=list)  # (restart, iteration, loss)
+    seconds: float = 0.0
+    resumed_from: dict | None = None
+
+
+@dataclass
+class _Best:
+    distance: float = math.inf
+    images: torch.Tensor | None = None
+    labels: list[int] | None = None
+    restart: int = -1
+
+
+def _save_checkpoint(cfg: LoopConfig, state, opt, best: _Best, restart: int, it: int, history) -> None:
+    tensors = {f"state.{k}": v.detach() for k, v in state.items()}
+    opt_scalars = {}
+    if isinstance(opt, torch.optim.Adam):
+        for i, s in opt.state_dict()["state"].items():
+            for name, val in s.items():
+                if torch.is_tensor(val) and val.numel() > 1:
+                    tensors[f"opt.{i}.{name}"] = val
+                else:
+                    opt_scalars[f"{i}.{name}"] = float(val)
+    if best.images is not None:
+        tensors["best.images"] = best.images
+    tensors["rng"] = torch.get_rng_state()
+    meta = {"fedaudit.file": "attack_checkpoint", "fedaudit.fingerprint": cfg.fingerprint,
+            "fedaudit.position": json.dumps({"restart": restart, "iteration": it}),
+            "fedaudit.best": json.dumps({"distance": best.distance if math.isfinite(best.distance) else None,
+                                         "labels": best.labels, "restart": best.restart}),
+            "fedaudit.opt_scalars": json.dumps(opt_scalars),
+            "fedaudit.history": json.dumps(history[-2000:])}
+    write_safetensors(cfg.checkpoint_path, tensors, meta)
+
+
+def _load_checkpoint(cfg: LoopConfig):
+    tensors, meta = read_safetensors(cfg.resume, "checkpoint to resume")
+    if meta.get("fedaudit.file") != "attack_checkpoint":
+        raise InputError(f"{str(cfg.resume)!r} is not an attack checkpoint")
+    if meta.get("fedaudit.fingerprint") != cfg.fingerprint:
+        raise InputError(f"{str(cfg.resume)!r} was written by a different attack, options or update; it cannot resume this run")
+    pos = json.loads(meta["fedaudit.position"])
+    b = json.loads(meta["fedaudit.best"])
+    best = _Best(b["distance"] if b["distance"] is not None else math.inf, tensors.get("best.images"), b["labels"], b["restart"])
+    return pos, best, tensors, json.loads(meta["fedaudit.opt_scalars"]), [tuple(h) for h in json.loads(meta["fedaudit.history"])]
+
+
+def _restore_adam(opt, tensors, scalars):
+    sd = opt.state_dict()
+    for i in range(len(sd["param_groups"][0]["params"])):
+        if f"opt.{i}.exp_avg" in tensors:
+            sd["state"][i] = {"step": torch.tensor(scalars[f"{i}.step"]), "exp_avg": tensors[f"opt.{i}.exp_avg"],
+                              "exp_avg_sq": tensors[f"opt.{i}.exp_avg_sq"]}
+    opt.load_state_dict(sd)
+
+
+def _progress(quiet: bool) -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                    TextColumn("loss {task.fields[loss]}"), console=Console(stderr=True), transient=True,
+                    redirect_stdout=False, redirect_stderr=False, disable=quiet)
+
+
+def _finite(state) -> bool:
+    return all(torch.isfinite(v).all() for v in state.values())
+
+
+def optimize(attack: OptimizationAttack, cfg: LoopConfig) -> LoopResult:
+    t0 = time.perf_counter()
+    best, history, diverged = _Best(), [], []
+    start_restart, start_it, resumed, saved = 0, 0, None, None
+    if cfg.resume is not None:
+        pos, best, saved, scalars, history = _load_checkpoint(cfg)
+        start_restart, start_it = pos["restart"], pos["iteration"]
+        resumed = pos
+        torch.set_rng_state(saved["rng"])
+    iterations_run, interrupted = 0, False
+    log_every = max(1, cfg.iterations // 200)
+    with _progress(cfg.quiet) as progress:
+        task = progress.add_task(attack.name, total=cfg.iterations * (cfg.restarts - start_restart), loss="-")
+        progress.advance(task, start_it)
+        for restart in range(start_restart, cfg.restarts):
+            gen = torch.Generator().manual_seed(cfg.seed * 10_007 + restart)
+            state = attack.init_state(gen)
+            opt = attack.optimizer(state, cfg.lr)
+            first = 0
+            if saved is not None and restart == start_restart:
+                with torch.no_grad():
+                    for k, v in state.items():
+                        v.copy_(saved[f"state.{k}"])
+                if isinstance(opt, torch.optim.Adam):
+                    _restore_adam(opt, saved, scalars)
+                first = start_it
+            progress.update(task, description=f"{attack.name} restart {restart + 1}/{cfg.restarts}")
+            it = first
+            try:
+                for it in range(first, cfg.iterations):
+                    for group in opt.param_groups:
+                        group["lr"] = cfg.lr * lr_factor(cfg.schedule, it, cfg.iterations)
+                    loss = opt.step(lambda: attack.closure(state, it))
+                    loss = float(loss) if loss is not None else math.nan
+                    if not math.isfinite(loss) or not _finite(state):
+                        diverged.append(restart)
+                        break
+                    attack.project(state)
+                    iterations_run += 1
+                    if it % log_every == 0 or it == cfg.iterations - 1:
+                        history.append((restart, it, loss))
+                        progress.update(task, loss=f"{loss:.4g}")
+                    progress.advance(task)
+                    if cfg.checkpoint_every and cfg.checkpoint_path and (it + 1) % cfg.checkpoint_every == 0:
+                        _save_checkpoint(cfg, state, opt, best, restart, it + 1, history)
+            except KeyboardInterrupt:
+                interrupted = True
+            if restart not in diverged and _finite(state):
+                d = attack.distance(state)
+                if math.isfinite(d) and d < best.distance:
+                    best = _Best(d, attack.images(state), attack.recovered_labels(state), restart)
+            if interrupted:
+                break
+            progress.advance(task, cfg.iterations - 1 - it)
+    if best.images is None:
+        if interrupted:
+            raise KeyboardInterrupt
+        raise RuntimeFailure(f"{attack.name}: every restart diverged (non-finite loss); try a smaller --lr")
+    return LoopResult(best.images, best.labels, best.distance, best.restart, iterations_run, interrupted, diverged,
+                      history, time.perf_counter() - t0, resumed)

@@ -1,0 +1,207 @@
+"""Reconstruction: the gradient engine is exact, each attack recovers a recognisable LeNet image, and the loop's
+restarts, seeds, divergence handling, checkpoints/resume and Ctrl-C behave as documented."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from fedaudit.attacks import ATTACKS
+from fedaudit.attacks.engine import GradientEngine
+from fedaudit.attacks.loop import LoopConfig, optimize
+from fedaudit.io.truth import load_truth
+from fedaudit.metrics.psnr import psnr
+from fedaudit.threat_model import load_threat_model
+
+from .conftest import ROOT, assert_one_error_line, sample
+
+def _psnr_of_noise() -> float:
+    truth = load_truth(sample("lenet_b1")[2]).images
+    return float(psnr(torch.rand(truth.shape, generator=torch.Generator().manual_seed(0)), truth).mean())
+
+
+@pytest.mark.parametrize("name", ["lenet_b1", "lenet_b4", "convnet_b8_repeated", "resnet10_b4", "mlp_mnist_withheld"])
+def test_engine_reproduces_the_update_from_the_true_batch(name):
+    """With the client's own images and labels, the engine's gradient equals the recorded one."""
+    tm = load_threat_model(*sample(name)[:2])
+    truth = load_truth(sample(name)[2])
+    g = GradientEngine(tm).gradient(truth.images, truth.labels, create_graph=False)
+    for got, want in zip(g, GradientEngine(tm).target.tensors):
+        assert torch.allclose(got, want, atol=1e-6, rtol=1e-4)
+
+
+def test_engine_unrolls_local_steps_exactly():
+    tm = load_threat_model(*sample("lenet_fedavg_k3")[:2])
+    truth = load_truth(sample("lenet_fedavg_k3")[2])
+    engine = GradientEngine(tm, unroll=True)
+    g = engine.gradient(truth.images, truth.labels, create_graph=False)
+    for got, want in zip(g, engine.target.tensors):
+        assert torch.allclose(got, want, atol=2e-5, rtol=1e-3)
+    merged = GradientEngine(tm).gradient(truth.images, truth.labels, create_graph=False)
+    assert not all(torch.allclose(a, b, atol=2e-5, rtol=1e-3) for a, b in zip(merged, engine.target.tensors))
+
+
+@pytest.mark.parametrize("attack,args,floor", [
+    ("ig", ["-n", "400", "--tv", "0.2"], 18.0),
+    ("dlg", ["-n", "300"], 17.0),
+    ("fedleak", ["-n", "400", "--lr", "0.1", "--tv", "0.2", "--blend", "0.3", "--look-ahead", "descent"], 15.0),
+])
+def test_each_attack_recovers_the_lenet_cat(cli, tmp_path, attack, args, floor):
+    ckpt, upd, truth = sample("lenet_b1")
+    out = tmp_path / "out"
+    res = cli("reconstruct", attack, ckpt, upd, "-o", out, "--truth", truth, "-q", *args)
+    summary = json.loads(res.stdout)
+    noise = _psnr_of_noise()
+    assert summary["summary"]["psnr"]["mean"] > max(floor, noise + 6), (summary["summary"], noise)
+    assert summary["labels"] == [3]
+    report = json.loads((out / "report.json").read_text())
+    assert report["status"] == "complete" and report["labels"]["method"] == "auto"
+    assert report["attack"]["iterations_run"] == int(args[1])
+    assert {p.name for p in out.iterdir()} >= {"report.json", "report.html", "grid.png", "images", "reconstruction.safetensors"}
+
+
+def _run(name="lenet_b4", attack="ig", iterations=40, **cfg):
+    tm = load_threat_model(*sample(name)[:2])
+    truth = load_truth(sample(name)[2])
+    defaults = {o.name: o.default for o in ATTACKS.get(attack).options}
+    a = ATTACKS.get(attack)(tm, GradientEngine(tm), truth.labels, defaults, truth.labels.numel())
+    return a, optimize(a, LoopConfig(iterations=iterations, quiet=True, **cfg))
+
+
+def test_seeds_make_runs_repeatable():
+    _, a = _run(seed=1)
+    _, b = _run(seed=1)
+    _, c = _run(seed=2)
+    assert torch.equal(a.images, b.images) and not torch.equal(a.images, c.images)
+
+
+def test_restarts_keep_the_best_by_gradient_distance(monkeypatch):
+    from fedaudit.attacks.ig import InvertingGradients
+
+    seen = []
+    real = InvertingGradients.distance
+    monkeypatch.setattr(InvertingGradients, "distance", lambda self, state: seen.append(real(self, state)) or seen[-1])
+    _, result = _run(restarts=3, seed=4)
+    assert len(seen) == 3 and len(set(seen)) == 3
+    assert result.distance == min(seen) and result.best_restart == seen.index(min(seen))
+
+
+def test_divergence_restarts(monkeypatch):
+    from fedaudit.attacks.ig import InvertingGradients
+
+    real = InvertingGradients.closure
+    calls = {"n": 0}
+
+    def flaky(self, state, it):
+        calls["n"] += 1
+        if calls["n"] == 5:  # restart 0 blows up at its 5th iteration
+            return torch.tensor(float("nan"))
+        return real(self, state, it)
+
+    monkeypatch.setattr(InvertingGradients, "closure", flaky)
+    _, result = _run(restarts=2, iterations=20)
+    assert result.diverged_restarts == [0] and result.best_restart == 1
+
+
+def test_resume_continues_exactly(tmp_path, monkeypatch):
+    _, full = _run(iterations=60, checkpoint_every=20, checkpoint_path=tmp_path / "full.ckpt.safetensors", seed=3)
+    from fedaudit.attacks.ig import InvertingGradients
+
+    real = InvertingGradients.closure
+
+    def stop_at_45(self, state, it):
+        if it == 45:
+            raise KeyboardInterrupt
+        return real(self, state, it)
+
+    monkeypatch.setattr(InvertingGradients, "closure", stop_at_45)
+    ckpt = tmp_path / "part.ckpt.safetensors"
+    attack, part = _run(iterations=60, checkpoint_every=20, checkpoint_path=ckpt, seed=3)
+    assert part.interrupted and part.iterations_run == 45
+    monkeypatch.setattr(InvertingGradients, "closure", real)
+    # the fingerprint ties a checkpoint to its run; the test's runs have the same (empty) fingerprint
+    _, resumed = _run(iterations=60, resume=ckpt, seed=3)
+    assert resumed.resumed_from == {"restart": 0, "iteration": 40}
+    assert torch.allclose(resumed.images, full.images, atol=1e-6)
+
+
+def test_ctrl_c_writes_the_best_so_far(cli, tmp_path, monkeypatch):
+    from fedaudit.attacks.ig import InvertingGradients
+
+    real = InvertingGradients.closure
+
+    def interrupt(self, state, it):
+        if it == 30:
+            raise KeyboardInterrupt
+        return real(self, state, it)
+
+    monkeypatch.setattr(InvertingGradients, "closure", interrupt)
+    ckpt, upd, truth = sample("lenet_b1")
+    res = cli("reconstruct", "ig", ckpt, upd, "-o", tmp_path / "out", "--truth", truth, "-n", "200", "-q", expect=130)
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["status"] == "interrupted" and report["attack"]["iterations_run"] == 30
+    assert (tmp_path / "out" / "images" / "000.png").exists() and report["metrics"]["per_image"]
+    assert json.loads(res.stdout)["status"] == "interrupted"
+
+
+def test_sigint_in_a_real_process(tmp_path):
+    ckpt, upd, truth = sample("lenet_b1")
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "fedaudit", "reconstruct", "ig", str(ckpt), str(upd), "-o", str(out),
+                             "-n", "1000000", "--checkpoint-every", "20", "-q"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    marker = tmp_path / "out.checkpoint.safetensors"
+    deadline = time.time() + 120
+    while not marker.exists() and time.time() < deadline:
+        time.sleep(0.2)
+    assert marker.exists(), proc.stderr.read() if proc.poll() is not None else "no checkpoint"
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    assert json.loads((out / "report.json").read_text())["status"] == "interrupted"
+    resumed = subprocess.run([sys.executable, "-m", "fedaudit", "reconstruct", "ig", str(ckpt), str(upd), "-o",
+                              str(tmp_path / "again"), "-n", "10", "--resume", str(marker), "-q"], cwd=ROOT,
+                             capture_output=True, text=True, timeout=120)
+    assert resumed.returncode == 2
+    assert_one_error_line(resumed.stderr, "different attack, options or update")
+
+
+def test_restricted_update_and_multi_step(cli, tmp_path):
+    ckpt, upd, truth = sample("mlp_mnist_withheld")
+    out = cli.json(cli("reconstruct", "ig", ckpt, upd, "-o", tmp_path / "a", "--truth", truth, "-n", "30", "-q"))
+    assert out["status"] == "complete" and len(out["labels"]) == 8
+    ckpt, upd, truth = sample("lenet_fedavg_k3")
+    for mode in ("merged", "unroll"):
+        out = cli.json(cli("reconstruct", "ig", ckpt, upd, "-o", tmp_path / mode, "--truth", truth, "-n", "10",
+                           "--multi-step", mode, "-q"))
+        report = json.loads((tmp_path / mode / "report.json").read_text())
+        assert len(out["labels"]) == 12 and report["options"]["multi_step"] == mode
+
+
+def test_labels_file_pipeline_fail_on_and_errors(cli, tmp_path):
+    ckpt, upd, truth = sample("lenet_b1")
+    cli("labels", "idlg", ckpt, upd, "-q", "-o", tmp_path / "labels.json")
+    res = cli("reconstruct", "dlg", ckpt, upd, "-o", tmp_path / "a", "--labels-file", tmp_path / "labels.json",
+              "--truth", truth, "-n", "300", "--fail-on", "high", "-q", expect=1)
+    assert json.loads(res.stdout)["risk_band"] in ("high", "very_high")
+    assert json.loads((tmp_path / "a" / "report.json").read_text())["labels"]["source"] == "file"
+    res = cli("reconstruct", "ig", ckpt, upd, "-o", tmp_path / "b", "--labels", "yin", "--schedule", "weekly", expect=2)
+    assert_one_error_line(res.stderr, "--schedule must be one of")
+    res = cli("reconstruct", "ig", ckpt, upd, "-o", tmp_path / "c", "--device", "cuda:7", expect=2)
+    assert_one_error_line(res.stderr, "--device cuda:7")
+    assert not (tmp_path / "c").exists()
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_matches_cpu(cli, tmp_path):
+    ckpt, upd, truth = sample("lenet_b1")
+    out = cli.json(cli("reconstruct", "ig", ckpt, upd, "-o", tmp_path / "g", "--truth", truth, "-n", "300",
+                       "--device", "cuda", "-q"))
+    assert out["summary"]["psnr"]["mean"] > 15
