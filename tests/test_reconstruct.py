@@ -109,18 +109,26 @@ def test_divergence_restarts(monkeypatch):
     assert result.diverged_restarts == [0] and result.best_restart == 1
 
 
-def test_resume_continues_exactly(tmp_path, monkeypatch):
-    _, full = _run(iterations=60, checkpoint_every=20, checkpoint_path=tmp_path / "full.ckpt.safetensors", seed=3)
+def _interrupt_ig_at(monkeypatch, iteration: int):
+    """Make Inverting Gradients raise KeyboardInterrupt (as Ctrl-C does) at ``iteration``; returns the real closure."""
     from fedaudit.attacks.ig import InvertingGradients
 
     real = InvertingGradients.closure
 
-    def stop_at_45(self, state, it):
-        if it == 45:
+    def interrupt(self, state, it):
+        if it == iteration:
             raise KeyboardInterrupt
         return real(self, state, it)
 
-    monkeypatch.setattr(InvertingGradients, "closure", stop_at_45)
+    monkeypatch.setattr(InvertingGradients, "closure", interrupt)
+    return real
+
+
+def test_resume_continues_exactly(tmp_path, monkeypatch):
+    from fedaudit.attacks.ig import InvertingGradients
+
+    _, full = _run(iterations=60, checkpoint_every=20, checkpoint_path=tmp_path / "full.ckpt.safetensors", seed=3)
+    real = _interrupt_ig_at(monkeypatch, 45)
     ckpt = tmp_path / "part.ckpt.safetensors"
     attack, part = _run(iterations=60, checkpoint_every=20, checkpoint_path=ckpt, seed=3)
     assert part.interrupted and part.iterations_run == 45
@@ -132,16 +140,7 @@ def test_resume_continues_exactly(tmp_path, monkeypatch):
 
 
 def test_ctrl_c_writes_the_best_so_far(cli, tmp_path, monkeypatch):
-    from fedaudit.attacks.ig import InvertingGradients
-
-    real = InvertingGradients.closure
-
-    def interrupt(self, state, it):
-        if it == 30:
-            raise KeyboardInterrupt
-        return real(self, state, it)
-
-    monkeypatch.setattr(InvertingGradients, "closure", interrupt)
+    _interrupt_ig_at(monkeypatch, 30)
     ckpt, upd, truth = sample("lenet_b1")
     res = cli("reconstruct", "ig", ckpt, upd, "-o", tmp_path / "out", "--truth", truth, "-n", "200", "-q", expect=130)
     report = json.loads((tmp_path / "out" / "report.json").read_text())

@@ -12,10 +12,10 @@ from rich.table import Table
 
 from fedaudit.cli.console import emit_json, err_console
 from fedaudit.cli.errors import handle_errors
+from fedaudit.cli.method_options import collect_options, option_params
 from fedaudit.cli.options import (AllowCustomArchOpt, CheckpointArg, DeviceOpt, IgnoreBaseOpt, OutputOpt, QuietOpt,
                                   SeedOpt, UpdateArg)
 from fedaudit.device import resolve_device
-from fedaudit.errors import InputError
 from fedaudit.io.truth import load_truth
 from fedaudit.labels import LABEL_METHODS
 from fedaudit.labels.base import LabelContext
@@ -58,14 +58,8 @@ def _table(out: dict) -> Table:
 
 
 def _command(name: str, method):
-    method_params = [P(o.name.replace("-", "_"), P.KEYWORD_ONLY, default=o.default,
-                       annotation=Annotated[o.type, typer.Option(f"--{o.name}", help=o.help + (f" ({' | '.join(o.choices)})" if o.choices else ""))])
-                     for o in method.options]
-
     def command(**kw) -> None:
-        for o in method.options:
-            if o.choices and kw[o.name.replace("-", "_")] not in o.choices:
-                raise InputError(f"--{o.name} must be one of {', '.join(o.choices)}")
+        options = collect_options(method.options, kw)
         torch.manual_seed(kw["seed"])
         tm = load_threat_model(kw["checkpoint"], kw["update"], allow_custom_arch=kw["allow_custom_arch"],
                                check_base=not kw["ignore_base_mismatch"])
@@ -73,7 +67,7 @@ def _command(name: str, method):
         tm.model.to(dev)
         aux = load_aux(tm, kw["aux"], kw["aux_labels"], kw["dummy"], kw["num_dummy"], kw["seed"], kw["resize"])
         ctx = LabelContext(aux=aux, seed=kw["seed"], device=dev, batch_size=kw["batch_size"],
-                           options={o.name: kw[o.name.replace("-", "_")] for o in method.options})
+                           options=options)
         truth = load_truth(kw["truth"]) if kw["truth"] else None
         out = run_labels(name, tm, ctx, truth)
         out["inputs"] = {"checkpoint": {"path": str(kw["checkpoint"]), "sha256": tm.checkpoint.sha256},
@@ -84,7 +78,7 @@ def _command(name: str, method):
         for w in out["warnings"]:
             con.print(f"warning: {w}")
 
-    command.__signature__ = pyinspect.Signature(COMMON + method_params)
+    command.__signature__ = pyinspect.Signature(COMMON + option_params(method.options))
     command.__doc__ = f"{method.summary} [{method.paper}]"
     command.__name__ = name.replace("-", "_")
     return handle_errors(command)

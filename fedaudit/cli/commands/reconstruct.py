@@ -15,6 +15,7 @@ from fedaudit.attacks.run import ReconstructRequest, reconstruct
 from fedaudit.cli.commands.labels import COMMON as LABEL_COMMON
 from fedaudit.cli.console import emit_json, info_line
 from fedaudit.cli.errors import fail_exit, handle_errors
+from fedaudit.cli.method_options import collect_options, option_params
 from fedaudit.cli.options import FailOn, FailOnOpt, ForceOpt, LpipsNet, LpipsNetOpt, LpipsWeightsOpt
 from fedaudit.device import resolve_device
 from fedaudit.errors import EXIT_INTERRUPTED, InputError
@@ -57,15 +58,8 @@ SCHEDULES = ("step", "cosine", "none")
 
 
 def _command(name: str, attack):
-    attack_params = [P(o.name.replace("-", "_"), P.KEYWORD_ONLY, default=o.default,
-                       annotation=Annotated[o.type, typer.Option(f"--{o.name}", help=o.help + (f" ({' | '.join(o.choices)})" if o.choices else ""))])
-                     for o in attack.options]
-
     def command(**kw) -> None:
-        options = {o.name: kw[o.name.replace("-", "_")] for o in attack.options}
-        for o in attack.options:
-            if o.choices and options[o.name] not in o.choices:
-                raise InputError(f"--{o.name} must be one of {', '.join(o.choices)}")
+        options = collect_options(attack.options, kw)
         d = attack.defaults
         loop = LoopConfig(iterations=kw["iterations"] or d["iterations"], restarts=kw["restarts"] or d["restarts"],
                           lr=kw["lr"] or d["lr"], schedule=kw["schedule"] or d["schedule"], seed=kw["seed"],
@@ -113,7 +107,7 @@ def _command(name: str, attack):
         if "metrics" in report:
             fail_exit(report["metrics"]["risk_band"], kw["fail_on"].value, kw["quiet"])
 
-    command.__signature__ = pyinspect.Signature(COMMON + attack_params)
+    command.__signature__ = pyinspect.Signature(COMMON + option_params(attack.options))
     command.__doc__ = f"{attack.summary} [{attack.paper}]"
     command.__name__ = name
     return handle_errors(command)
