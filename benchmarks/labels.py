@@ -61,13 +61,11 @@ def data(seed=0):
 
 
 def make_model(arch, kwargs, seed=0, head_init=None):
+    if head_init:
+        kwargs = {**kwargs, "head_init": head_init}  # GDBR's positive init of the bridged and output layers
     spec = ModelSpec(arch, 10, SHAPE, MNIST_MEAN, MNIST_STD, kwargs)
     torch.manual_seed(seed)
-    model = build_model(spec)
-    if head_init == "gdbr":  # GDBR's positive init of the bridged and output layers
-        for layer in (model.features[-2], model.fc):
-            torch.nn.init.uniform_(layer.weight, 0.01, 0.2)
-    return spec, model
+    return spec, build_model(spec)
 
 
 def train(model, spec, xy, epochs=2, seed=0):
@@ -115,9 +113,9 @@ def threat_model(spec, model, x, y, cfg) -> ThreatModel:
     return ThreatModel(ckpt, upd, grads, present, [k for k in params if k not in cap.tensors])
 
 
-def run_methods(tm, true_labels, aux, seed):
+def run_methods(tm, true_labels, aux, seed, methods=None):
     out = {}
-    for name in METHODS:
+    for name in methods or METHODS:
         method = LABEL_METHODS.get(name)
         ctx = LabelContext(aux=aux, seed=seed, options={o.name: o.default for o in method.options})
         if method.why_not(tm, ctx):
@@ -140,7 +138,12 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="fewer trials, sizes and models (smoke run)")
     ap.add_argument("--trials", type=int, default=4)
     ap.add_argument("--out", type=Path, default=ROOT / "results")
+    ap.add_argument("--merge", metavar="METHODS", help="re-run only these methods (comma list) on the same batches and "
+                    "replace their columns in OUT/labels.json; 'llg' and 'gdbr' are re-run too and must reproduce "
+                    "the stored numbers exactly (same models, same batches)")
     args = ap.parse_args(argv)
+    merge = args.merge.split(",") + ["llg", "gdbr"] if args.merge else None
+    stored = json.loads((args.out / "labels.json").read_text()) if merge else None
     torch.set_num_threads(2)
     trials = 1 if args.quick else args.trials
     sizes = [1, 8, 64] if args.quick else [1, 8, 16, 32, 64]
@@ -172,10 +175,13 @@ def main(argv=None) -> int:
                         idx = batch_indices(py, b, dist, g)
                         cfg = CaptureConfig(batch_size=b, bn_mode="train" if b > 1 else "eval", withhold=withhold)
                         tm = threat_model(spec, model, px[idx], py[idx], cfg)
-                        res = run_methods(tm, py[idx], aux, seed=t)
+                        res = run_methods(tm, py[idx], aux, seed=t, methods=merge)
                         rows.append({"model": label, "state": state, "dist": dist, "B": b, "trial": t, "results": res})
             print(f"{label} / {state}: done ({meta[f'{label} / {state}']})", file=sys.stderr, flush=True)
-    fedavg = fedavg_sweep(train_xy, aux, (px, py), quick=args.quick)
+    fedavg = fedavg_sweep(train_xy, aux, (px, py), quick=args.quick, methods=merge)
+    if merge:
+        rows, fedavg = merged(stored, rows, fedavg, args.merge.split(","))
+        meta = stored["models"]
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "labels.json").write_text(json.dumps({"rows": rows, "models": meta, "fedavg": fedavg}, indent=1))
     (args.out / "labels.md").write_text(markdown(rows, meta, fedavg, sizes, dists))
@@ -183,7 +189,27 @@ def main(argv=None) -> int:
     return 0
 
 
-def fedavg_sweep(train_xy, aux, pool, quick=False):
+def merged(stored, rows, fedavg, methods):
+    """Stored rows with ``methods``' columns replaced; the re-run consistency columns must match exactly."""
+    key = lambda r: (r["model"], r["state"], r["dist"], r["B"], r["trial"])  # noqa: E731
+    new = {key(r): r["results"] for r in rows}
+    for r in stored["rows"]:
+        fresh = new[key(r)]
+        for check in ("llg", "gdbr"):
+            if check in r["results"]:
+                assert abs(fresh[check]["InsAcc"] - r["results"][check]["InsAcc"]) < 1e-12, ("batches differ", key(r))
+        for m in methods:
+            if m in fresh:
+                r["results"][m] = fresh[m]
+            else:
+                r["results"].pop(m, None)
+    for old, row in zip(stored["fedavg"], fedavg):
+        assert abs(old["InsAcc"]["llg"] - row["InsAcc"]["llg"]) < 1e-12, ("fedavg batches differ", old["model"], old["K"])
+        old["InsAcc"].update({m: row["InsAcc"][m] for m in methods if m in row["InsAcc"]})
+    return stored["rows"], stored["fedavg"]
+
+
+def fedavg_sweep(train_xy, aux, pool, quick=False, methods=None):
     """InsAcc vs local steps K (distinct batches of 8) on the averaged gradient of a delta."""
     px, py = pool
     out = []
@@ -197,14 +223,33 @@ def fedavg_sweep(train_xy, aux, pool, quick=False):
                 idx = torch.randint(len(py), (8 * k,), generator=g)
                 cfg = CaptureConfig(batch_size=8, local_steps=k, lr=0.05, kind="delta", bn_mode="train")
                 tm = threat_model(spec, model, px[idx], py[idx], cfg)
-                for name, r in run_methods(tm, py[idx], aux, seed=t).items():
+                for name, r in run_methods(tm, py[idx], aux, seed=t, methods=methods).items():
                     acc.setdefault(name, []).append(r["InsAcc"])
             out.append({"model": label, "K": k, "InsAcc": {n: sum(v) / len(v) for n, v in acc.items()}})
     return out
 
 
+def summary(rows, meta) -> str:
+    """One row per model/state: each method's mean InsAcc/ClsAcc over every batch with B >= 8."""
+    models = list(dict.fromkeys((r["model"], r["state"]) for r in rows))
+    names = [m for m in METHODS if any(m in r["results"] for r in rows)]
+    lines = ["| model | state | acc | " + " | ".join(names) + " |", "|---|---|---|" + "---|" * len(names)]
+    for model, state in models:
+        sel = [r for r in rows if r["model"] == model and r["state"] == state and r["B"] >= 8]
+        vals = []
+        for n in names:
+            ins = [r["results"][n]["InsAcc"] for r in sel if n in r["results"]]
+            cls = [r["results"][n]["ClsAcc"] for r in sel if n in r["results"]]
+            vals.append(f"{fmt(sum(ins) / len(ins))}/{fmt(sum(cls) / len(cls))}" if ins else "-")
+        acc = meta[f"{model} / {state}"]["test_accuracy"]
+        lines.append(f"| {model} | {state} | {100 * acc:.0f}% | " + " | ".join(vals) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def markdown(rows, meta, fedavg, sizes, dists) -> str:
-    lines = ["InsAcc / ClsAcc in % (mean over trials); '-' = not applicable to that update.", ""]
+    lines = ["Summary: mean InsAcc / ClsAcc in % over every batch with B >= 8 (random, repeated, single; all sizes).", "",
+             summary(rows, meta), "",
+             "Per batch type and size: InsAcc / ClsAcc in % (mean over trials); '-' = not applicable to that update.", ""]
     models = list(dict.fromkeys((r["model"], r["state"]) for r in rows))
     for model, state in models:
         sel = [r for r in rows if r["model"] == model and r["state"] == state]

@@ -55,9 +55,10 @@ SAMPLES = [
     Sample("lenet_fedavg_k3", "DLG LeNet, FedAvg delta after 3 local SGD steps (lr 0.1) on 3 batches of 4",
            ModelSpec("lenet", **CIFAR), "cifar10", list(range(4, 16)),
            dict(batch_size=4, local_steps=3, lr=0.1, kind="delta")),
-    Sample("mlp_mnist_withheld", "Bias-free MLP [256,128] on MNIST, FedSGD gradient, batch 8, output layer "
-           "withheld (restricted sharing, GDBR's setting)",
-           ModelSpec("mlp", 10, (1, 28, 28), MNIST_MEAN, MNIST_STD, kwargs={"hidden": [256, 128], "bias": False}),
+    Sample("mlp_mnist_withheld", "Bias-free MLP [256,128] (GDBR's positive head init) on MNIST, FedSGD gradient, "
+           "batch 8, output layer withheld (restricted sharing, GDBR's setting)",
+           ModelSpec("mlp", 10, (1, 28, 28), MNIST_MEAN, MNIST_STD,
+                     kwargs={"hidden": [256, 128], "bias": False, "head_init": "gdbr"}),
            "mnist", [], dict(batch_size=8, withhold=("fc.*",))),
 ]
 
