@@ -33,7 +33,7 @@ def register(app) -> None:
         truth: Annotated[Optional[Path], typer.Option("--truth", help="Also write the ground truth (images in [0,1], labels) here; only metrics read it.")] = None,
         local_steps: Annotated[int, typer.Option("--local-steps", "-k", help="Local SGD steps (FedAvg); batches cycle through the images.")] = 1,
         lr: Annotated[Optional[float], typer.Option("--lr", help="Local learning rate (needed for delta/weights).")] = None,
-        kind: Annotated[Optional[Kind], typer.Option("--kind", help="What the client uploads [default: gradient for 1 step, delta otherwise].")] = None,
+        kind: Annotated[Optional[Kind], typer.Option("--kind", help="What the client uploads (default: gradient for one step, delta for more).")] = None,
         reduction: Annotated[Reduction, typer.Option("--reduction", help="Loss reduction of a gradient upload.")] = Reduction.mean,
         delta_sign: Annotated[Sign, typer.Option("--delta-sign", help="Sign convention of a delta (TFF uses global_minus_local).")] = Sign.local_minus_global,
         bn_mode: Annotated[BNMode, typer.Option("--bn-mode", help="BatchNorm mode during local training.")] = BNMode.train,

@@ -38,13 +38,10 @@ COMMON = [
     P("labels", P.KEYWORD_ONLY, default="auto", annotation=Annotated[str, typer.Option("--labels", help="Label method (see 'fedaudit labels').")]),
     P("labels_file", P.KEYWORD_ONLY, default=None, annotation=Annotated[Optional[Path], typer.Option("--labels-file", help="Labels from 'fedaudit labels -o FILE' (JSON) or a safetensors 'labels' tensor.")]),
     *(_SHARED[k] for k in ("aux", "aux_labels", "dummy", "num_dummy", "resize", "batch_size", "truth")),
-    P("iterations", P.KEYWORD_ONLY, default=None, annotation=Annotated[Optional[int], typer.Option("--iterations", "-n", help="Iterations per restart [default: the attack's].")]),
-    P("restarts", P.KEYWORD_ONLY, default=None, annotation=Annotated[Optional[int], typer.Option("--restarts", help="Restarts; the best by gradient distance is kept [default: the attack's].")]),
-    P("lr", P.KEYWORD_ONLY, default=None, annotation=Annotated[Optional[float], typer.Option("--lr", help="Step size [default: the attack's].")]),
-    P("schedule", P.KEYWORD_ONLY, default=None, annotation=Annotated[Optional[str], typer.Option("--schedule", help="step | cosine | none [default: the attack's].")]),
+    "LOOP_OPTIONS",
     P("multi_step", P.KEYWORD_ONLY, default="merged", annotation=Annotated[str, typer.Option("--multi-step", help="For K-step deltas: merged (one batch of B*K, FedLeak) or unroll (simulate K SGD steps).")]),
     P("checkpoint_every", P.KEYWORD_ONLY, default=0, annotation=Annotated[int, typer.Option("--checkpoint-every", help="Write a resumable checkpoint every N iterations.")]),
-    P("checkpoint_file", P.KEYWORD_ONLY, default=None, annotation=Annotated[Optional[Path], typer.Option("--checkpoint-file", help="Where [default: OUT.checkpoint.safetensors].")]),
+    P("checkpoint_file", P.KEYWORD_ONLY, default=None, annotation=Annotated[Optional[Path], typer.Option("--checkpoint-file", help="Where to write checkpoints (default: OUT.checkpoint.safetensors).")]),
     P("resume", P.KEYWORD_ONLY, default=None, annotation=Annotated[Optional[Path], typer.Option("--resume", help="Continue from a checkpoint of the same run.")]),
     P("fail_on", P.KEYWORD_ONLY, default=FailOn.never, annotation=FailOnOpt),
     P("lpips_net", P.KEYWORD_ONLY, default=LpipsNet.vgg, annotation=LpipsNetOpt),
@@ -55,6 +52,16 @@ COMMON = [
 ]
 
 SCHEDULES = ("step", "cosine", "none")
+
+
+def _loop_params(defaults: dict) -> list[P]:
+    """--iterations/--restarts/--lr/--schedule, with this attack's defaults in the help text."""
+    spec = [("iterations", ("--iterations", "-n"), int, "Iterations per restart."),
+            ("restarts", ("--restarts",), int, "Restarts; the best by gradient distance is kept."),
+            ("lr", ("--lr",), float, "Step size."),
+            ("schedule", ("--schedule",), str, "Learning-rate schedule: step | cosine | none.")]
+    return [P(name, P.KEYWORD_ONLY, default=None, annotation=Annotated[Optional[kind], typer.Option(
+        *flags, help=f"{text} This attack's default: {defaults[name]}.")]) for name, flags, kind, text in spec]
 
 
 def _command(name: str, attack):
@@ -107,7 +114,9 @@ def _command(name: str, attack):
         if "metrics" in report:
             fail_exit(report["metrics"]["risk_band"], kw["fail_on"].value, kw["quiet"])
 
-    command.__signature__ = pyinspect.Signature(COMMON + option_params(attack.options))
+    i = COMMON.index("LOOP_OPTIONS")
+    params = COMMON[:i] + _loop_params(attack.defaults) + COMMON[i + 1:]
+    command.__signature__ = pyinspect.Signature(params + option_params(attack.options))
     command.__doc__ = f"{attack.summary} [{attack.paper}]"
     command.__name__ = name
     return handle_errors(command)
