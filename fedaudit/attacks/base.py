@@ -19,9 +19,11 @@ def total_variation(x: torch.Tensor) -> torch.Tensor:
 
 def lr_factor(schedule: str, it: int, total: int) -> float:
     """Learning-rate multiplier at iteration ``it`` (a pure function, so resuming needs no scheduler state).
-    ``step``: x0.1 at 3/8, 5/8 and 7/8 of the run (Inverting Gradients); ``cosine``; ``none``."""
-    if schedule == "step":
-        return 0.1 ** sum(it >= round(total * f) for f in (3 / 8, 5 / 8, 7 / 8))
+    ``step``: x0.1 at 3/8, 5/8 and 7/8 of the run (Inverting Gradients); ``step-0.33``: x0.33 at the same
+    points (HFGI); ``cosine``; ``none``."""
+    if schedule in ("step", "step-0.33"):
+        gamma = 0.1 if schedule == "step" else 0.33  # step-0.33: HFGI's MultiStepLR (gamma 0.33)
+        return gamma ** sum(it >= round(total * f) for f in (3 / 8, 5 / 8, 7 / 8))
     if schedule == "cosine":
         return 0.5 * (1 + torch.cos(torch.tensor(torch.pi * it / max(total, 1))).item())
     return 1.0
@@ -62,8 +64,24 @@ class OptimizationAttack(Method):
     def recovered_labels(self, state: dict[str, torch.Tensor]) -> list[int]:
         return self.labels.tolist() if self.labels.ndim == 1 else self.labels.argmax(-1).tolist()
 
+    def extras(self, state: dict[str, torch.Tensor]) -> dict[str, Any]:
+        """What else the attack recovered (kept with the best restart): ``{"report": JSON-able, "tensors": {...}}``."""
+        return {}
+
     def optimizer(self, state: dict[str, torch.Tensor], lr: float) -> torch.optim.Optimizer:
         params = list(state.values())
+        if self.optimizer_name == "closure":
+            return ClosureSteps(params, lr)
         if self.optimizer_name == "lbfgs":
             return torch.optim.LBFGS(params, lr=lr, max_iter=1, history_size=100)
         return torch.optim.Adam(params, lr=lr)
+
+
+class ClosureSteps(torch.optim.Optimizer):
+    """For attacks whose closure takes the step itself (e.g. Levenberg-Marquardt): ``step`` just runs it."""
+
+    def __init__(self, params, lr: float):
+        super().__init__(params, {"lr": lr})
+
+    def step(self, closure=None):
+        return closure() if closure is not None else None

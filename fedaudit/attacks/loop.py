@@ -53,6 +53,7 @@ class LoopResult:
     history: list[tuple[int, int, float]] = field(default_factory=list)  # (restart, iteration, loss)
     seconds: float = 0.0
     resumed_from: dict | None = None
+    extras: dict = field(default_factory=dict)  # the attack's extras() for the best restart
 
 
 @dataclass
@@ -61,6 +62,7 @@ class _Best:
     images: torch.Tensor | None = None
     labels: list[int] | None = None
     restart: int = -1
+    state: dict = field(default_factory=dict)  # the best restart's variables (extras() is computed from them)
 
 
 def _save_checkpoint(cfg: LoopConfig, state, opt, best: _Best, restart: int, it: int, history) -> None:
@@ -75,6 +77,7 @@ def _save_checkpoint(cfg: LoopConfig, state, opt, best: _Best, restart: int, it:
                     opt_scalars[f"{i}.{name}"] = float(val)
     if best.images is not None:
         tensors["best.images"] = best.images
+    tensors.update({f"beststate.{k}": v for k, v in best.state.items()})
     tensors["rng"] = torch.get_rng_state()
     meta = {"fedaudit.file": "attack_checkpoint", "fedaudit.fingerprint": cfg.fingerprint,
             "fedaudit.position": json.dumps({"restart": restart, "iteration": it}),
@@ -93,7 +96,8 @@ def _load_checkpoint(cfg: LoopConfig):
         raise InputError(f"{str(cfg.resume)!r} was written by a different attack, options or update; it cannot resume this run")
     pos = json.loads(meta["fedaudit.position"])
     b = json.loads(meta["fedaudit.best"])
-    best = _Best(b["distance"] if b["distance"] is not None else math.inf, tensors.get("best.images"), b["labels"], b["restart"])
+    best = _Best(b["distance"] if b["distance"] is not None else math.inf, tensors.get("best.images"), b["labels"], b["restart"],
+                 {k[len("beststate."):]: v for k, v in tensors.items() if k.startswith("beststate.")})
     return pos, best, tensors, json.loads(meta["fedaudit.opt_scalars"]), [tuple(h) for h in json.loads(meta["fedaudit.history"])]
 
 
@@ -166,7 +170,8 @@ def optimize(attack: OptimizationAttack, cfg: LoopConfig) -> LoopResult:
             if restart not in diverged and _finite(state):
                 d = attack.distance(state)
                 if math.isfinite(d) and d < best.distance:
-                    best = _Best(d, attack.images(state), attack.recovered_labels(state), restart)
+                    best = _Best(d, attack.images(state), attack.recovered_labels(state), restart,
+                                 {k: v.detach().clone() for k, v in state.items()})
             if interrupted:
                 break
             progress.advance(task, cfg.iterations - 1 - it)
@@ -175,4 +180,5 @@ def optimize(attack: OptimizationAttack, cfg: LoopConfig) -> LoopResult:
             raise KeyboardInterrupt
         raise RuntimeFailure(f"{attack.name}: every restart diverged (non-finite loss); try a smaller --lr")
     return LoopResult(best.images, best.labels, best.distance, best.restart, iterations_run, interrupted, diverged,
-                      history, time.perf_counter() - t0, resumed)
+                      history, time.perf_counter() - t0, resumed,
+                      attack.extras(best.state) if best.state else {})

@@ -18,7 +18,9 @@ from fedaudit.io.files import read_safetensors
 from fedaudit.io.truth import Truth
 from fedaudit.labels.base import LabelContext, samples_in_update
 from fedaudit.labels.run import run_labels
+from fedaudit.labels.features import output_layer_io
 from fedaudit.metrics.evaluate import evaluate_images
+from fedaudit.metrics.features import feature_recovery
 from fedaudit.report.document import new_report
 from fedaudit.threat_model import ThreatModel
 
@@ -66,8 +68,9 @@ def fingerprint(tm: ThreatModel, req: ReconstructRequest, labels: list[int]) -> 
 
 
 def reconstruct(tm: ThreatModel, req: ReconstructRequest, truth: Truth | None = None,
-                inputs: dict[str, Any] | None = None) -> tuple[dict[str, Any], torch.Tensor]:
-    """Run the attack; returns the report (metrics when ``truth``) and the reconstructed images."""
+                inputs: dict[str, Any] | None = None) -> tuple[dict[str, Any], torch.Tensor, dict[str, torch.Tensor]]:
+    """Run the attack; returns the report (metrics when ``truth``), the reconstructed images (none when the
+    attack stopped before images, e.g. RGLA without an inverter) and any other tensors it recovered."""
     attack_cls = ATTACKS.get(req.attack)
     attack_cls.check_applicable(tm)
     if req.multi_step not in MULTI_STEP:
@@ -110,6 +113,16 @@ def reconstruct(tm: ThreatModel, req: ReconstructRequest, truth: Truth | None = 
                         "seconds_per_iteration": result.seconds / max(result.iterations_run, 1),
                         "history": [list(h) for h in result.history]}
     report["timings"]["attack"] = round(result.seconds, 3)
+    extra = result.extras.get("report")
+    if extra is not None:
+        report["attack"]["recovered"] = extra
+    tensors = result.extras.get("tensors", {})
     if truth is not None:
-        report["metrics"] = evaluate_images(result.images.cpu(), truth.images, req.lpips_net, req.lpips_weights)
-    return report, result.images.cpu()
+        if result.images.shape[0]:
+            report["metrics"] = evaluate_images(result.images.cpu(), truth.images, req.lpips_net, req.lpips_weights)
+        if "features" in tensors:
+            true_f = output_layer_io(tm.model, tm.spec, tm.final_layer, truth.images, tm.meta.bn_mode == "train",
+                                     chunk=max(len(truth.images), 1))[0]
+            report.setdefault("metrics", {})["features"] = feature_recovery(
+                tensors["features"], true_f, result.labels, truth.labels.tolist() if truth.labels is not None else None)
+    return report, result.images.cpu(), tensors

@@ -36,23 +36,30 @@ def _forward_head(model: nn.Module, head: nn.Module, x: torch.Tensor, train: boo
 
 def head_stats(tm: ThreatModel, images: torch.Tensor, normalized: bool = False, chunk: int = CHUNK):
     """Features into the output layer [N, M] and softmax outputs [N, C] of ``images``."""
-    model = tm.model
-    head = dict(model.named_modules())[tm.final_layer]
-    train = tm.meta.bn_mode == "train"
+    h, z = output_layer_io(tm.model, tm.spec, tm.final_layer, images, tm.meta.bn_mode == "train", normalized, chunk)
+    return h, torch.softmax(z, dim=1)
+
+
+def output_layer_io(model: nn.Module, spec, final_layer: str, images: torch.Tensor, train_bn: bool,
+                    normalized: bool = False, chunk: int = CHUNK):
+    """Input [N, M] and output [N, C] of the output layer ``final_layer`` for ``images``, in float64.
+    In train-mode BN the statistics are those of each chunk (the whole batch when it fits one chunk)."""
+    head = dict(model.named_modules())[final_layer]
+    has_bn = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
     dev = next(model.parameters()).device
-    hs, ps = [], []
+    hs, zs = [], []
     for i in range(0, images.shape[0], chunk):
         x = images[i:i + chunk].to(dev)
-        x = x if normalized else normalize(x, tm.spec)
-        if train and x.shape[0] == 1 and tm.has_batchnorm:
+        x = x if normalized else normalize(x, spec)
+        if train_bn and x.shape[0] == 1 and has_bn:
             x = torch.cat([x, x])  # a BN layer in train mode needs 2 samples; the duplicate changes nothing
-            h, z = _forward_head(model, head, x, train)
+            h, z = _forward_head(model, head, x, train_bn)
             h, z = h[:1], z[:1]
         else:
-            h, z = _forward_head(model, head, x, train)
+            h, z = _forward_head(model, head, x, train_bn)
         hs.append(h.double())
-        ps.append(torch.softmax(z.double(), dim=1))
-    return torch.cat(hs), torch.cat(ps)
+        zs.append(z.double())
+    return torch.cat(hs), torch.cat(zs)
 
 
 def aux_stats(tm: ThreatModel, ctx: LabelContext):

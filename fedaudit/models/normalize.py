@@ -16,3 +16,9 @@ def normalize(x01: torch.Tensor, spec: ModelSpec) -> torch.Tensor:
     """``(x - mean) / std`` per channel; differentiable, so attacks optimise images in [0,1]."""
     c = spec.input_shape[0]
     return (x01 - _per_channel(spec.mean, c, x01)) / _per_channel(spec.std, c, x01)
+
+
+def denormalize(x: torch.Tensor, spec: ModelSpec) -> torch.Tensor:
+    """Inverse of ``normalize``: the network's input back to [0,1] pixels (analytic reconstructions)."""
+    c = spec.input_shape[0]
+    return x * _per_channel(spec.std, c, x) + _per_channel(spec.mean, c, x)

@@ -35,8 +35,9 @@ def render_html(report: dict[str, Any], grid_png: bytes | None, image_pngs: list
              f"</head><body><h1>{e(title)}</h1>"]
     parts.append(f"<p>status: <b>{e(str(report.get('status')))}</b> &middot; created {e(str(report.get('created_at')))}"
                  f" &middot; fedaudit {e(str(report.get('tool', {}).get('version')))}</p>")
-    metrics = report.get("metrics")
-    if metrics:
+    metrics = report.get("metrics") or {}
+    image_metrics = "per_image" in metrics
+    if image_metrics:
         band = metrics.get("risk_band", "")
         parts.append(f"<h2>Leakage risk: <span class='band {e(band)}'>{e(_band(band))}</span></h2>"
                      f"<p>{e(metrics['conventions']['risk_bands'])}; worst single image: "
@@ -50,9 +51,18 @@ def render_html(report: dict[str, Any], grid_png: bytes | None, image_pngs: list
                 parts.append(f"<tr><td class='l'>{e(name)}</td>" + "".join(f"<td>{_num(st[k])}</td>" for k in ("mean", "std", "min", "max")) + "</tr>")
         parts.append("</table>")
     if grid_png:
-        parts.append(f"<h2>Images</h2><p>{'Top: ground truth; below: matched reconstruction.' if metrics else 'Reconstructions.'}</p>"
+        parts.append(f"<h2>Images</h2><p>{'Top: ground truth; below: matched reconstruction.' if image_metrics else 'Reconstructions.'}</p>"
                      f"<img class='px' alt='grid' src='{_uri(grid_png)}'>")
-    if metrics:
+    recovered = (report.get("attack") or {}).get("recovered") if isinstance(report.get("attack"), dict) else None
+    if recovered:
+        if recovered.get("images_note"):
+            parts.append(f"<p><b>{e(recovered['images_note'])}</b></p>")
+        parts.append("<h2>Recovered beyond images</h2><p>Per-sample logits, confidences and output-layer inputs are "
+                     "leakage in themselves (features in reconstruction.safetensors).</p>"
+                     f"<pre>{e(json.dumps({k: v for k, v in recovered.items() if k != 'logits'}, indent=2))}</pre>")
+    if "features" in metrics:
+        parts.append(f"<h2>Feature recovery (vs truth)</h2><pre>{e(json.dumps({k: v for k, v in metrics['features'].items() if k != 'pairs'}, indent=2))}</pre>")
+    if image_metrics:
         parts.append("<h2>Per image</h2><table><tr><th>truth</th><th>recon</th><th>image</th><th>PSNR</th><th>SSIM</th>"
                      "<th>LPIPS</th><th class='l'>band</th></tr>")
         for row in metrics["per_image"]:

@@ -32,10 +32,12 @@ def write_report(out: OutputDir, report: dict[str, Any], recon: torch.Tensor, tr
     """Write everything into ``out`` and commit it; ``report['metrics']`` (if any) supplies the matching."""
     pngs = [png_bytes(img) for img in recon]
     report["images"] = [out.write_bytes(f"images/{i:03d}.png", b) for i, b in enumerate(pngs)]
-    metrics = report.get("metrics")
-    pairs = [(row["truth_index"], row["recon_index"]) for row in metrics["per_image"]] if metrics else None
-    grid_png = png_bytes(grid(_grid_rows(recon, truth, pairs)))
-    report["grid"] = out.write_bytes("grid.png", grid_png)
+    metrics = report.get("metrics") or {}
+    pairs = [(row["truth_index"], row["recon_index"]) for row in metrics["per_image"]] if "per_image" in metrics else None
+    grid_png = None
+    if recon.shape[0]:  # an attack may stop before images (RGLA without an inverter)
+        grid_png = png_bytes(grid(_grid_rows(recon, truth, pairs)))
+        report["grid"] = out.write_bytes("grid.png", grid_png)
     report["html"] = "report.html"
     out.write_text("report.json", dumps_json(report))
     out.write_text("report.html", render_html(report, grid_png, pngs))

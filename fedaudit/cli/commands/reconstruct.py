@@ -51,7 +51,7 @@ COMMON = [
     *(_SHARED[k] for k in ("quiet", "allow_custom_arch", "ignore_base_mismatch")),
 ]
 
-SCHEDULES = ("step", "cosine", "none")
+SCHEDULES = ("step", "step-0.33", "cosine", "none")
 
 
 def _loop_params(defaults: dict) -> list[P]:
@@ -59,7 +59,7 @@ def _loop_params(defaults: dict) -> list[P]:
     spec = [("iterations", ("--iterations", "-n"), int, "Iterations per restart."),
             ("restarts", ("--restarts",), int, "Restarts; the best by gradient distance is kept."),
             ("lr", ("--lr",), float, "Step size."),
-            ("schedule", ("--schedule",), str, "Learning-rate schedule: step | cosine | none.")]
+            ("schedule", ("--schedule",), str, "Learning-rate schedule: step | step-0.33 | cosine | none.")]
     return [P(name, P.KEYWORD_ONLY, default=None, annotation=Annotated[Optional[kind], typer.Option(
         *flags, help=f"{text} This attack's default: {defaults[name]}.")]) for name, flags, kind, text in spec]
 
@@ -92,15 +92,22 @@ def _command(name: str, attack):
                                      kw["lpips_net"].value, str(kw["lpips_weights"]) if kw["lpips_weights"] else None, str(dev))
             inputs = {"checkpoint": kw["checkpoint"], "update": kw["update"], "truth": kw["truth"],
                       "labels_file": kw["labels_file"], "resume": kw["resume"]}
-            report, images = reconstruct(tm, req, truth, inputs)
+            report, images, extra = reconstruct(tm, req, truth, inputs)
             outdir.write_bytes("reconstruction.safetensors", safetensors_bytes(
-                {"images": images, "labels": torch.tensor(report["attack"]["recovered_labels"])},
+                {"images": images, "labels": torch.tensor(report["attack"]["recovered_labels"]), **extra},
                 {"fedaudit.file": "reconstruction", "fedaudit.attack": name}))
             write_report(outdir, report, images, truth.images if truth else None)
         summary = {"out": str(kw["out"]), "status": report["status"], "attack": name,
                    "distance": report["attack"]["distance"], "labels": report["labels"]["labels"],
                    "iterations_run": report["attack"]["iterations_run"]}
-        if "metrics" in report:
+        recovered = report["attack"].get("recovered")
+        if recovered and recovered.get("images_note"):
+            info_line(recovered["images_note"], kw["quiet"])
+        if "features" in report.get("metrics", {}):
+            fm = report["metrics"]["features"]
+            summary["feature_relative_error"] = fm["relative_error"]
+            info_line(f"features: relative error mean {fm['relative_error']['mean']:.3g}, max {fm['relative_error']['max']:.3g}", kw["quiet"])
+        if "risk_band" in report.get("metrics", {}):
             m = report["metrics"]
             summary.update(risk_band=m["risk_band"], summary=m["summary"])
             info_line(f"PSNR {m['summary']['psnr']['mean']:.2f} dB, SSIM {m['summary']['ssim']['mean']:.3f}, "
@@ -111,7 +118,7 @@ def _command(name: str, attack):
         if report["status"] == "interrupted":
             info_line("interrupted: the best reconstruction so far and a partial report were written", kw["quiet"])
             raise typer.Exit(EXIT_INTERRUPTED)
-        if "metrics" in report:
+        if "risk_band" in report.get("metrics", {}):
             fail_exit(report["metrics"]["risk_band"], kw["fail_on"].value, kw["quiet"])
 
     i = COMMON.index("LOOP_OPTIONS")
