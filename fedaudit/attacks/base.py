@@ -36,6 +36,7 @@ class OptimizationAttack(Method):
     options: ClassVar[tuple[MethodOption, ...]] = ()
     defaults: ClassVar[dict[str, Any]] = {"iterations": 1000, "lr": 0.1, "schedule": "step", "restarts": 1}
     optimizer_name: ClassVar[str] = "adam"
+    default_labels: ClassVar[str] = "auto"  # the label method used when --labels is not given
 
     def __init__(self, tm: ThreatModel, engine: GradientEngine, labels: torch.Tensor, options: dict[str, Any],
                  num_images: int):
@@ -43,6 +44,7 @@ class OptimizationAttack(Method):
         self.labels = labels.to(engine.device)
         self.num_images = num_images
         self.shape = (num_images, *tm.spec.input_shape)
+        self.iterations = self.defaults["iterations"]  # the loop sets the run's budget
 
     def init_state(self, gen: torch.Generator) -> dict[str, torch.Tensor]:
         raise NotImplementedError

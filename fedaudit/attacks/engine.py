@@ -48,8 +48,9 @@ class GradientEngine:
             raise ValueError("unrolling supports plain SGD local training (momentum 0)")
 
     def forward(self, x01: torch.Tensor, params: dict[str, torch.Tensor] | None = None,
-                capture: list | None = None) -> torch.Tensor:
-        """Logits of images in [0,1]. ``capture`` collects every ReLU/activation output (activation terms)."""
+                capture: list | None = None, bn_inputs: list | None = None) -> torch.Tensor:
+        """Logits of images in [0,1]. ``capture`` collects every ReLU/activation output (activation terms);
+        ``bn_inputs`` collects (module name, input) of every BatchNorm layer in forward order (BN-statistic priors)."""
         state = dict(params or self.params)
         state.update({k: b.clone() for k, b in self.buffers.items()})
         self.model.train(self.train_bn)
@@ -58,6 +59,10 @@ class GradientEngine:
             for m in self.model.modules():
                 if isinstance(m, (torch.nn.ReLU, torch.nn.Sigmoid, torch.nn.LeakyReLU, torch.nn.GELU)):
                     hooks.append(m.register_forward_hook(lambda mod, i, o: capture.append(o)))
+        if bn_inputs is not None:
+            for name, m in self.model.named_modules():
+                if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
+                    hooks.append(m.register_forward_hook(lambda mod, i, o, name=name: bn_inputs.append((name, i[0]))))
         try:
             return functional_call(self.model, state, (normalize(x01, self.spec),))
         finally:
@@ -73,14 +78,18 @@ class GradientEngine:
         return torch.mean(torch.sum(-torch.softmax(labels, -1) * torch.log_softmax(logits, -1), -1))
 
     def gradient(self, x01: torch.Tensor, labels: torch.Tensor, create_graph: bool = True,
-                 capture: list | None = None) -> list[torch.Tensor]:
-        """The dummy batch's averaged gradient for the matched parameters (one step, or K unrolled steps)."""
+                 capture: list | None = None, names: list[str] | None = None,
+                 bn_inputs: list | None = None) -> list[torch.Tensor]:
+        """The dummy batch's averaged gradient for the matched parameters (one step, or K unrolled steps);
+        ``names`` restricts it to some of them (stepwise attacks), in the order given."""
+        names = self.target.names if names is None else names
         if not self.unroll:
-            params = {k: (p.requires_grad_(True) if k in self.target.names else p) for k, p in
+            params = {k: (p.requires_grad_(True) if k in names else p) for k, p in
                       ((k, p.detach()) for k, p in self.params.items())}
-            loss = self.loss(self.forward(x01, params, capture), labels)
-            return list(torch.autograd.grad(loss, [params[k] for k in self.target.names], create_graph=create_graph))
-        return self._unrolled(x01, labels, create_graph, capture)
+            loss = self.loss(self.forward(x01, params, capture, bn_inputs), labels)
+            return list(torch.autograd.grad(loss, [params[k] for k in names], create_graph=create_graph))
+        full = dict(zip(self.target.names, self._unrolled(x01, labels, create_graph, capture)))
+        return [full[k] for k in names]
 
     def _unrolled(self, x01, labels, create_graph, capture):
         """K SGD steps on consecutive chunks of the dummy batch; returns -(w_K - w_0) / (lr K) like conversion."""

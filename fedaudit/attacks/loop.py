@@ -122,6 +122,7 @@ def _finite(state) -> bool:
 
 def optimize(attack: OptimizationAttack, cfg: LoopConfig) -> LoopResult:
     t0 = time.perf_counter()
+    attack.iterations = cfg.iterations  # for attacks whose schedule is relative to the budget (HFGI)
     best, history, diverged = _Best(), [], []
     start_restart, start_it, resumed, saved = 0, 0, None, None
     if cfg.resume is not None:

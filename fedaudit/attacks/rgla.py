@@ -176,4 +176,4 @@ class RGLA(OptimizationAttack):
             if self.inverter_meta.get("fedaudit.bn_mode") != (self.tm.meta.bn_mode or "eval"):
                 warnings.append(f"the inverter was trained on {self.inverter_meta.get('fedaudit.bn_mode')}-mode features; "
                                 f"the update records bn_mode {self.tm.meta.bn_mode}")
-        return {"report": report, "tensors": {"logits": z.float(), "features": f.float()}}
+        return {"section": "recovered", "report": report, "tensors": {"logits": z.float(), "features": f.float()}}

@@ -115,7 +115,7 @@ def reconstruct(tm: ThreatModel, req: ReconstructRequest, truth: Truth | None = 
     report["timings"]["attack"] = round(result.seconds, 3)
     extra = result.extras.get("report")
     if extra is not None:
-        report["attack"]["recovered"] = extra
+        report["attack"][result.extras.get("section", "details")] = extra
     tensors = result.extras.get("tensors", {})
     if truth is not None:
         if result.images.shape[0]:

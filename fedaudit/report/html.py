@@ -60,6 +60,9 @@ def render_html(report: dict[str, Any], grid_png: bytes | None, image_pngs: list
         parts.append("<h2>Recovered beyond images</h2><p>Per-sample logits, confidences and output-layer inputs are "
                      "leakage in themselves (features in reconstruction.safetensors).</p>"
                      f"<pre>{e(json.dumps({k: v for k, v in recovered.items() if k != 'logits'}, indent=2))}</pre>")
+    details = (report.get("attack") or {}).get("details") if isinstance(report.get("attack"), dict) else None
+    if details:
+        parts.append(f"<h2>Attack details</h2><pre>{e(json.dumps(details, indent=2))}</pre>")
     if "features" in metrics:
         parts.append(f"<h2>Feature recovery (vs truth)</h2><pre>{e(json.dumps({k: v for k, v in metrics['features'].items() if k != 'pairs'}, indent=2))}</pre>")
     if image_metrics:

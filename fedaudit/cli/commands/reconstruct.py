@@ -35,7 +35,7 @@ _SHARED = {p.name: p for p in LABEL_COMMON if p.name != "output"}
 COMMON = [
     _SHARED["checkpoint"], _SHARED["update"],
     P("out", P.KEYWORD_ONLY, annotation=Annotated[Path, typer.Option("--out", "-o", help="Report folder to create.", show_default=False)]),
-    P("labels", P.KEYWORD_ONLY, default="auto", annotation=Annotated[str, typer.Option("--labels", help="Label method (see 'fedaudit labels').")]),
+    P("labels", P.KEYWORD_ONLY, default=None, annotation=Annotated[Optional[str], typer.Option("--labels", help="Label method (see 'fedaudit labels'); default: auto (hfgi for the hfgi attack).", show_default=False)]),
     P("labels_file", P.KEYWORD_ONLY, default=None, annotation=Annotated[Optional[Path], typer.Option("--labels-file", help="Labels from 'fedaudit labels -o FILE' (JSON) or a safetensors 'labels' tensor.")]),
     *(_SHARED[k] for k in ("aux", "aux_labels", "dummy", "num_dummy", "resize", "batch_size", "truth")),
     "LOOP_OPTIONS",
@@ -67,6 +67,7 @@ def _loop_params(defaults: dict) -> list[P]:
 def _command(name: str, attack):
     def command(**kw) -> None:
         options = collect_options(attack.options, kw)
+        kw["labels"] = kw["labels"] or attack.default_labels
         d = attack.defaults
         loop = LoopConfig(iterations=kw["iterations"] or d["iterations"], restarts=kw["restarts"] or d["restarts"],
                           lr=kw["lr"] or d["lr"], schedule=kw["schedule"] or d["schedule"], seed=kw["seed"],
