@@ -50,7 +50,7 @@ def test_engine_unrolls_local_steps_exactly():
 @pytest.mark.parametrize("attack,args,floor", [
     ("ig", ["-n", "400", "--tv", "0.2"], 18.0),
     ("dlg", ["-n", "300"], 17.0),
-    ("fedleak", ["-n", "400", "--lr", "0.1", "--tv", "0.2", "--blend", "0.3", "--look-ahead", "descent"], 15.0),
+    ("fedleak", ["-n", "400", "--lr", "0.03", "--tv", "0.2", "--blend", "0.3", "--look-ahead", "descent"], 18.0),
 ])
 def test_each_attack_recovers_the_lenet_cat(cli, tmp_path, attack, args, floor):
     ckpt, upd, truth = sample("lenet_b1")

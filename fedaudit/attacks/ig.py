@@ -41,4 +41,4 @@ class InvertingGradients(OptimizationAttack):
 
     def distance(self, state):
         g = self.engine.gradient(state["x"].detach(), self.labels, create_graph=False)
-        return float(cosine_distance(g, self.engine.target.tensors))
+        return float(cosine_distance(g, self.engine.target.tensors).detach())

@@ -9,8 +9,8 @@ import typer
 from fedaudit import __version__
 from fedaudit.cli.console import error_line
 from fedaudit.errors import EXIT_INTERRUPTED
-from fedaudit.cli.commands import (capture, importers, init_checkpoint, inspect, labels, lpips_export, models, reconstruct,
-                                   score, train_inverter)
+from fedaudit.cli.commands import (audit, capture, defend, importers, init_checkpoint, inspect, labels, lpips_export,
+                                   models, reconstruct, score, train_critic, train_inverter)
 
 EPILOG = ("Exit codes: 0 ok, 1 leakage at or above --fail-on, 2 bad input or usage, 3 runtime failure, "
           "130 interrupted. Results go to stdout (or -o); tables, progress and logs to stderr.")
@@ -39,8 +39,8 @@ def make_app() -> typer.Typer:
                                           help="Print the version and exit.")) -> None:
         """fedaudit: label recovery, reconstruction attacks, defenses and reports for captured FL updates."""
 
-    for module in (models, inspect, labels, reconstruct, capture, importers, init_checkpoint, score, lpips_export,
-                   train_inverter):
+    for module in (models, inspect, labels, reconstruct, defend, audit, capture, importers, init_checkpoint, score,
+                   lpips_export, train_inverter, train_critic):
         module.register(app)
     return app
 

@@ -56,3 +56,29 @@ def mnist_digits(pad_to: int | None = None) -> tuple[torch.Tensor, torch.Tensor]
         p = (pad_to - 28) // 2
         x = torch.nn.functional.pad(x, (p, pad_to - 28 - p, p, pad_to - 28 - p))
     return x, y
+
+
+SKIMAGE_RGB = ("astronaut.png", "chelsea.png", "coffee.png", "hubble_deep_field.jpg", "ihc.png", "motorcycle_left.png",
+               "motorcycle_right.png", "retina.jpg", "rocket.jpg", "color.png")
+
+
+def natural_patches(n: int, size: int = 32, seed: int = 0) -> torch.Tensor:
+    """``n`` random crops (side 48 to 256 px, random flip) of scikit-image's bundled RGB photographs, resized to
+    ``size``: a public image set with no overlap with CIFAR-10 (for training RGLA inverters offline)."""
+    from PIL import Image
+
+    folder = package_dir("skimage") / "data"
+    photos = []
+    for name in SKIMAGE_RGB:
+        with Image.open(folder / name) as img:
+            photos.append(img.convert("RGB").copy())
+    rng = np.random.default_rng(seed)
+    out = np.empty((n, size, size, 3), dtype=np.float32)
+    for i in range(n):
+        img = photos[rng.integers(len(photos))]
+        side = int(rng.integers(48, min(256, *img.size) + 1))
+        left, top = int(rng.integers(0, img.size[0] - side + 1)), int(rng.integers(0, img.size[1] - side + 1))
+        crop = img.crop((left, top, left + side, top + side)).resize((size, size), Image.Resampling.BICUBIC)
+        arr = np.asarray(crop, dtype=np.float32) / 255.0
+        out[i] = arr[:, ::-1] if rng.random() < 0.5 else arr
+    return torch.from_numpy(out).permute(0, 3, 1, 2).contiguous()

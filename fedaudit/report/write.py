@@ -28,17 +28,19 @@ def _grid_rows(recon: torch.Tensor, truth: torch.Tensor | None, pairs: list[tupl
     return rows
 
 
-def write_report(out: OutputDir, report: dict[str, Any], recon: torch.Tensor, truth: torch.Tensor | None = None) -> Path:
-    """Write everything into ``out`` and commit it; ``report['metrics']`` (if any) supplies the matching."""
+def write_report(out: OutputDir, report: dict[str, Any], recon: torch.Tensor, truth: torch.Tensor | None = None,
+                 prefix: str = "") -> Path | None:
+    """Write everything into ``out`` and commit it; ``report['metrics']`` (if any) supplies the matching.
+    With ``prefix`` (a sub-folder, e.g. one audit cell) the files go there and the caller commits."""
     pngs = [png_bytes(img) for img in recon]
-    report["images"] = [out.write_bytes(f"images/{i:03d}.png", b) for i, b in enumerate(pngs)]
+    report["images"] = [out.write_bytes(f"{prefix}images/{i:03d}.png", b) for i, b in enumerate(pngs)]
     metrics = report.get("metrics") or {}
     pairs = [(row["truth_index"], row["recon_index"]) for row in metrics["per_image"]] if "per_image" in metrics else None
     grid_png = None
     if recon.shape[0]:  # an attack may stop before images (RGLA without an inverter)
         grid_png = png_bytes(grid(_grid_rows(recon, truth, pairs)))
-        report["grid"] = out.write_bytes("grid.png", grid_png)
+        report["grid"] = out.write_bytes(f"{prefix}grid.png", grid_png)
     report["html"] = "report.html"
-    out.write_text("report.json", dumps_json(report))
-    out.write_text("report.html", render_html(report, grid_png, pngs))
-    return out.commit()
+    out.write_text(f"{prefix}report.json", dumps_json(report))
+    out.write_text(f"{prefix}report.html", render_html(report, grid_png, pngs))
+    return None if prefix else out.commit()

@@ -1,0 +1,1 @@
+"""``fedaudit audit``: every attack against every defended copy of one update, as one matrix."""

@@ -1,0 +1,66 @@
+"""``fedaudit train-refiner-critic IMAGES -o critic.safetensors``: Refiner's noise-ratio network D."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from fedaudit.cli.console import emit_json, info_line, refuse_existing
+from fedaudit.cli.errors import handle_errors
+from fedaudit.cli.options import ForceOpt, QuietOpt, SeedOpt
+from fedaudit.defenses.critic import CriticTraining, save_critic, train_critic
+from fedaudit.errors import EXIT_INTERRUPTED, InputError
+from fedaudit.io.images import load_images
+
+
+def _shape(text: str) -> tuple[int, int, int]:
+    try:
+        c, h, w = (int(v) for v in text.split(","))
+    except ValueError:
+        raise InputError(f"--image-shape must be C,H,W (e.g. 3,32,32), got {text!r}") from None
+    return c, h, w
+
+
+def register(app) -> None:
+    @app.command("train-refiner-critic")
+    @handle_errors
+    def train_refiner_critic(
+        images: Annotated[Path, typer.Argument(help="Public images: a folder of image files, one image, or .safetensors with 'images'.", show_default=False)],
+        output: Annotated[Path, typer.Option("--output", "-o", help="Critic file to write (.safetensors).", show_default=False)],
+        image_shape: Annotated[str, typer.Option("--image-shape", help="C,H,W of the images the defended model takes.")] = "3,32,32",
+        epochs: Annotated[int, typer.Option("--epochs", help="Passes over the images (the paper: 20).")] = 20,
+        batch_size: Annotated[int, typer.Option("--batch-size", "-b", help="Images per step, each mixed at 11 noise ratios.")] = 128,
+        lr: Annotated[float, typer.Option("--lr", help="Adam step size (the paper: 1e-4).")] = 1e-4,
+        width: Annotated[int, typer.Option("--width", help="Channels of the first conv (the paper: 128; then 2w, 4w).")] = 128,
+        resize: Annotated[bool, typer.Option("--resize", help="Centre-crop and resize images to --image-shape.")] = False,
+        seed: SeedOpt = 0,
+        force: ForceOpt = False,
+        quiet: QuietOpt = False,
+    ) -> None:
+        """Train Refiner's evaluation network D (noise proportion of an image) on public images (Ctrl-C saves it)."""
+        refuse_existing(output, force)
+        if epochs < 1 or batch_size < 1 or lr <= 0 or width < 1:
+            raise InputError("--epochs, --batch-size and --width must be >= 1 and --lr > 0")
+        batch = load_images(images, _shape(image_shape), resize=resize)
+        cfg = CriticTraining(epochs=epochs, batch_size=batch_size, lr=lr, width=width, seed=seed)
+        progress = Progress(TextColumn("critic"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                            TextColumn("mse {task.fields[mse]}"), console=Console(stderr=True), transient=True, disable=quiet)
+        interrupted = False
+        with progress:
+            task = progress.add_task("train", total=epochs, mse="-")
+            try:
+                critic, info = train_critic(batch.images, cfg, lambda e, m: progress.update(task, advance=1, mse=f"{m:.4g}"))
+            except KeyboardInterrupt as exc:
+                if not hasattr(exc, "critic"):
+                    raise
+                critic, info, interrupted = exc.critic, exc.info, True
+        info["interrupted"] = interrupted
+        save_critic(output, critic, info)
+        info_line(f"{'interrupted after' if interrupted else 'trained'} {info['epochs_run']} epochs -> {output}", quiet)
+        emit_json({"critic": str(output), **info})
+        if interrupted:
+            raise typer.Exit(EXIT_INTERRUPTED)

@@ -1,0 +1,30 @@
+"""Gradient pruning (DLG's defense; Soteria/OUTPOST grid in FedLeak): zero the ``ratio`` smallest-magnitude
+entries of each tensor (``--scope global``: of the whole gradient)."""
+
+from __future__ import annotations
+
+from fedaudit.defenses import DEFENSES
+from fedaudit.defenses.base import Defense
+from fedaudit.defenses.magnitude import keep_largest
+from fedaudit.labels.base import MethodOption
+
+
+@DEFENSES.register("prune")
+class Prune(Defense):
+    name = "prune"
+    summary = "zero the smallest-magnitude fraction of the gradient"
+    paper = "Zhu et al. 2019 (DLG), gradient pruning"
+    options = (
+        MethodOption("ratio", float, 0.5, "fraction of entries set to zero"),
+        MethodOption("scope", str, "per-tensor", "threshold per tensor or over the whole gradient", ("per-tensor", "global")),
+    )
+
+    def apply(self, tm, grads, ctx):
+        r = self.options["ratio"]
+        if not 0 <= r <= 1:
+            from fedaudit.errors import InputError
+
+            raise InputError(f"prune: ratio must be in [0, 1], got {r}")
+        out, zeroed = keep_largest(grads, 1 - r, self.options["scope"])
+        self.info = {"zeroed_fraction": zeroed}
+        return out

@@ -1,0 +1,30 @@
+"""Top-k sparsification (communication compression used as a defense): upload only the ``keep`` fraction of
+largest-magnitude entries over the whole gradient (``--scope per-tensor`` to keep per tensor). One round, so
+there is no error-feedback residual to carry."""
+
+from __future__ import annotations
+
+from fedaudit.defenses import DEFENSES
+from fedaudit.defenses.base import Defense
+from fedaudit.defenses.magnitude import keep_largest
+from fedaudit.errors import InputError
+from fedaudit.labels.base import MethodOption
+
+
+@DEFENSES.register("topk-sparsify")
+class TopK(Defense):
+    name = "topk-sparsify"
+    summary = "upload only the largest-magnitude fraction of the gradient"
+    paper = "Aji & Heafield 2017; Lin et al. 2018 (top-k sparsification)"
+    options = (
+        MethodOption("keep", float, 0.1, "fraction of entries uploaded"),
+        MethodOption("scope", str, "global", "top-k over the whole gradient or per tensor", ("global", "per-tensor")),
+    )
+
+    def apply(self, tm, grads, ctx):
+        keep = self.options["keep"]
+        if not 0 <= keep <= 1:
+            raise InputError(f"topk-sparsify: keep must be in [0, 1], got {keep}")
+        out, zeroed = keep_largest(grads, keep, self.options["scope"])
+        self.info = {"zeroed_fraction": zeroed}
+        return out

@@ -1,0 +1,48 @@
+"""The audit matrix as one self-contained HTML page: defenses (rows) x attacks (columns), each cell with its
+metrics, risk band and image grid (truth above reconstruction), plus each defense's utility cost."""
+
+from __future__ import annotations
+
+import json
+from html import escape as e
+from typing import Any
+
+from fedaudit.report.html import _CSS, _band, _num, _uri
+
+
+def render_audit_html(audit: dict[str, Any], grids: dict[str, bytes]) -> str:
+    attacks = audit["plan"]["attacks"]
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>fedaudit audit</title><style>{_CSS}"
+             " td.cell{vertical-align:top;text-align:left} td.cell img{max-width:260px}</style></head><body>"
+             "<h1>fedaudit audit</h1>"]
+    band = audit.get("worst_risk_band")
+    parts.append(f"<p>status: <b>{e(audit['status'])}</b> &middot; worst cell: <span class='band {e(str(band))}'>"
+                 f"{e(_band(band or ''))}</span> &middot; created {e(str(audit.get('created_at')))}</p>")
+    parts.append("<table><tr><th class='l'>defense</th><th class='l'>utility cost</th>"
+                 + "".join(f"<th class='l'>{e(a)}</th>" for a in attacks) + "</tr>")
+    cells = {(c["defense"], c["attack"]): c for c in audit["cells"]}
+    for row in audit["rows"]:
+        u = row.get("utility") or {}
+        util = ("error: " + e(row["error"])) if "error" in row else "<br>".join(
+            f"{e(k)}: {_num(v)}" for k, v in u.items())
+        parts.append(f"<tr><td class='l'><b>{e(row['defense'])}</b></td><td class='l'>{util}</td>")
+        for a in attacks:
+            c = cells.get((row["defense"], a))
+            if c is None:
+                parts.append("<td>-</td>")
+            elif "error" in c:
+                parts.append(f"<td class='cell'>{e(c['error'])}</td>")
+            else:
+                img = f"<br><img class='px' src='{_uri(grids[c['grid']])}'>" if c.get("grid") in grids else ""
+                feat = (f"<br>features recovered, max relative error {_num(c['feature_relative_error'])}"
+                        if c.get("feature_relative_error") is not None else "")
+                band = c.get("risk_band")
+                parts.append(f"<td class='cell'><span class='band {e(str(band))}'>{e(_band(band or ''))}</span><br>"
+                             f"PSNR {_num(c.get('psnr'))} &middot; SSIM {_num(c.get('ssim'))} &middot; LPIPS {_num(c.get('lpips'))}<br>"
+                             f"labels InsAcc {_num(c.get('label_insacc'))} ({e(str(c.get('label_method')))}){feat}"
+                             f"<br><a href='{e(c['report'].replace('.json', '.html'))}'>cell report</a>{img}</td>")
+        parts.append("</tr>")
+    parts.append("</table>")
+    parts.append(f"<h2>Plan and inputs</h2><pre>{e(json.dumps({k: audit.get(k) for k in ('plan', 'inputs', 'timings')}, indent=2))}</pre>")
+    parts.append("</body></html>\n")
+    return "".join(parts)
