@@ -7,6 +7,7 @@ from typing import Any
 import torch
 
 from fedaudit.attacks import ATTACKS
+from fedaudit.defenses import DEFENSES
 from fedaudit.labels import LABEL_METHODS
 from fedaudit.threat_model import ThreatModel
 
@@ -16,6 +17,8 @@ def _applicability(registry, tm: ThreatModel) -> dict[str, Any]:
     for name, method in registry:
         reasons = method.why_not(tm)
         out[name] = {"applicable": not reasons, "why_not": reasons, "aux": getattr(method, "aux", "none")}
+        if getattr(method, "needs_batch", False):
+            out[name]["needs_client_batch"] = True
     return out
 
 
@@ -51,5 +54,6 @@ def inspect_threat_model(tm: ThreatModel) -> dict[str, Any]:
         "layers": layers,
         "label_methods": _applicability(LABEL_METHODS, tm),
         "attacks": _applicability(ATTACKS, tm),
+        "defenses": _applicability(DEFENSES, tm),
         "warnings": tm.warnings,
     }

@@ -26,8 +26,11 @@ def test_inspect_every_sample(cli, name):
 def test_inspect_reports_restriction_and_steps(cli):
     info = cli.json(cli("inspect", *sample("mlp_mnist_withheld")[:2], "-q"))
     assert info["parameters_absent"] == ["fc.weight"] and info["restricted"]
+    assert not info["defenses"]["soteria"]["applicable"] and info["defenses"]["soteria"]["needs_client_batch"]
+    assert not info["attacks"]["rgla"]["applicable"]  # the output layer's weight gradient is withheld
     info = cli.json(cli("inspect", *sample("lenet_fedavg_k3")[:2], "-q"))
     assert (info["kind"], info["local_steps"], info["batch_size"]) == ("delta", 3, 4)
+    assert not info["defenses"]["refiner"]["applicable"] and info["defenses"]["prune"]["applicable"]
 
 
 def test_inspect_nan_prints_json_then_exits_2(cli, tmp_path):
