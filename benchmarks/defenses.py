@@ -77,22 +77,12 @@ def main(argv=None) -> int:
     x, y = x_all[:b], y_all[:b]
     tm = threat_model(spec, model, x, y, CaptureConfig(batch_size=b, bn_mode="train"))
     rows = [(r, [] if r == "none" else [parse_defense(p) for p in r.split("+")]) for r in grid(str(critic_path), args.quick)]
-    plan = AuditPlan(rows, ["ig", "fedleak"], 20 if args.quick else args.iterations, 1, "auto", LabelContext(), 0, "cpu")
-    # FedLeak with its short-budget settings: patch the plan's defaults through the registry's option defaults
-    from fedaudit.attacks import ATTACKS
-
-    fl = ATTACKS.get("fedleak")
-    saved = (fl.defaults, fl.options)
-    fl.defaults = {**fl.defaults, "lr": FEDLEAK_SHORT["lr"], "schedule": "none"}
-    fl.options = tuple(o if o.name not in FEDLEAK_SHORT else type(o)(o.name, o.type, FEDLEAK_SHORT[o.name], o.help, o.choices)
-                       for o in fl.options)
-    try:
-        with OutputDir(tmp / "audit") as out:
-            result = run_audit(tm, Truth(x, y, torch.zeros(b, dtype=torch.long), [str(i) for i in range(b)]), plan, out, on_cell=lambda c: print(
-                f"{c['defense']} x {c['attack']}: {c['psnr']:.2f} dB", file=sys.stderr, flush=True))
-            out.commit()
-    finally:
-        fl.defaults, fl.options = saved
+    plan = AuditPlan(rows, ["ig", "fedleak"], {"fedleak": FEDLEAK_SHORT}, 20 if args.quick else args.iterations, 1,
+                     "auto", LabelContext(), 0, "cpu")
+    with OutputDir(tmp / "audit") as out:
+        result = run_audit(tm, Truth(x, y, torch.zeros(b, dtype=torch.long), [str(i) for i in range(b)]), plan, out,
+                           on_cell=lambda c: print(f"{c['defense']} x {c['attack']}: {c['psnr']:.2f} dB", file=sys.stderr, flush=True))
+        out.commit()
     args.out.mkdir(parents=True, exist_ok=True)
     doc = {"iterations": plan.iterations, "batch": b, "model": "lenet, random init", "critic": cinfo,
            "rows": [{k: r.get(k) for k in ("defense", "utility", "error")} for r in result["rows"]],

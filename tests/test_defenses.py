@@ -133,7 +133,7 @@ def test_audit_writes_the_matrix(cli, tmp_path):
     out = tmp_path / "audit"
     res = cli("audit", CKPT, UPD, "--truth", TRUTH, "-o", out, "--attacks", "ig,rgla",
               "--defenses", "none,prune:0.5,dp:sigma=0.01:clip=0,quantize:4+soteria:0.5", "-n", "60", "--restarts", "2",
-              "--eval-images", TRUTH, "-q", "--fail-on", "medium", expect=None)
+              "--eval-images", TRUTH, "-q", "--fail-on", "medium", "--attack-options", "ig:tv=0.1:lr=0.05", expect=None)
     summary = json.loads(res.stdout)
     assert summary["status"] == "complete" and len(summary["cells"]) == 8
     worst = summary["worst_risk_band"]
@@ -148,6 +148,8 @@ def test_audit_writes_the_matrix(cli, tmp_path):
     ig = [c for c in doc["cells"] if c["attack"] == "ig"]
     assert all(c["psnr"] > 5 and c["risk_band"] and c["label_insacc"] is not None for c in ig)
     assert all((out / c["grid"]).exists() and (out / c["report"]).exists() for c in ig)
+    cell = json.loads((out / ig[0]["report"]).read_text())
+    assert cell["options"]["lr"] == 0.05 and cell["options"]["attack_options"]["tv"] == 0.1
     rgla = [c for c in doc["cells"] if c["attack"] == "rgla"]
     assert rgla[0]["feature_relative_error"] < 1e-2  # undefended: (near) exact features after 60 LM steps
     html = (out / "audit.html").read_text()
@@ -156,3 +158,5 @@ def test_audit_writes_the_matrix(cli, tmp_path):
     assert_one_error_line(res.stderr, "prune")
     res = cli("audit", CKPT, UPD, "--truth", TRUTH, "-o", tmp_path / "a3", "--defenses", "prune:rate=0.5", expect=2)
     assert_one_error_line(res.stderr, "no option 'rate'")
+    res = cli("audit", CKPT, UPD, "--truth", TRUTH, "-o", tmp_path / "a4", "--attack-options", "ig:lr=fast", expect=2)
+    assert_one_error_line(res.stderr, "lr='fast'")

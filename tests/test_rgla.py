@@ -151,3 +151,28 @@ def test_rgla_guards(cli, tmp_path, lenet_ckpt, cifar):
     res = cli("reconstruct", "rgla", *sample("lenet_b4")[:2], "-o", tmp_path / "o3", "--inverter",
               sample("lenet_b4")[2], *FAST, expect=2)
     assert_one_error_line(res.stderr, "not an inverter")
+
+
+def test_train_inverter_ctrl_c_saves_what_it_has(cli, tmp_path, monkeypatch, lenet_ckpt, cifar):
+    import fedaudit.models.train_inverter as ti
+
+    x, _, _ = cifar
+    write_safetensors(tmp_path / "imgs.safetensors", {"images": x.contiguous()}, {})
+    calls = {"n": 0}
+    real = ti.F.mse_loss
+
+    def interrupting(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == 4:  # one Ctrl-C, mid-training
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(ti.F, "mse_loss", interrupting)
+    res = cli("train-inverter", lenet_ckpt, tmp_path / "imgs.safetensors", "-o", tmp_path / "inv.safetensors",
+              "--epochs", "50", "--batch-size", "4", "--width", "4", "-q", expect=130)
+    info = json.loads(res.stdout)
+    assert info["interrupted"] and info["epochs_run"] < 50
+    from fedaudit.models.inverter import load_inverter
+
+    inverter, meta = load_inverter(tmp_path / "inv.safetensors")
+    assert json.loads(meta["fedaudit.training"])["interrupted"]

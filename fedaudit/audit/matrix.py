@@ -33,6 +33,7 @@ from fedaudit.threat_model import ThreatModel
 class AuditPlan:
     defenses: list[tuple[str, list[tuple[str, dict[str, Any]]]]]  # (label, chain); "none" is an empty chain
     attacks: list[str]
+    attack_options: dict[str, dict[str, Any]] = field(default_factory=dict)  # per attack, overriding defaults
     iterations: int | None = None
     restarts: int | None = None
     labels: str | None = None
@@ -85,10 +86,14 @@ def run_audit(tm: ThreatModel, truth: Truth, plan: AuditPlan, out: OutputDir, on
         for attack in plan.attacks:
             cls = ATTACKS.get(attack)
             cell: dict[str, Any] = {"defense": label, "attack": attack}
+            given = dict(plan.attack_options.get(attack, {}))
+            loop_given = {k: given.pop(k) for k in ("lr", "schedule", "iterations", "restarts") if k in given}
             options = {o.name: o.default for o in cls.options}
-            loop = LoopConfig(iterations=plan.iterations or cls.defaults["iterations"],
-                              restarts=plan.restarts or cls.defaults["restarts"], lr=cls.defaults["lr"],
-                              schedule=cls.defaults["schedule"], seed=plan.seed, quiet=plan.quiet)
+            options.update(given)
+            loop = LoopConfig(iterations=loop_given.get("iterations") or plan.iterations or cls.defaults["iterations"],
+                              restarts=loop_given.get("restarts") or plan.restarts or cls.defaults["restarts"],
+                              lr=loop_given.get("lr", cls.defaults["lr"]), schedule=loop_given.get("schedule", cls.defaults["schedule"]),
+                              seed=plan.seed, quiet=plan.quiet)
             method = plan.labels or cls.default_labels
             lm = LABEL_METHODS.get(method)
             lctx = copy.copy(plan.label_ctx or LabelContext())

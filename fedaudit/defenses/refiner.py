@@ -22,7 +22,7 @@ import torch
 
 from fedaudit.attacks.engine import GradientEngine
 from fedaudit.defenses import DEFENSES
-from fedaudit.defenses.base import Defense, flat, unflat
+from fedaudit.defenses.base import Defense, unflat
 from fedaudit.defenses.critic import load_critic
 from fedaudit.errors import InputError
 from fedaudit.labels.base import MethodOption

@@ -10,42 +10,15 @@ import torch
 
 from fedaudit.defenses import DEFENSES
 from fedaudit.defenses.base import DefenseContext
-from fedaudit.errors import InputError, NotApplicable
+from fedaudit.errors import NotApplicable
 from fedaudit.io.update import RecordedUpdate, UpdateMeta, save_update
+from fedaudit.methods import parse_spec
 from fedaudit.threat_model import ThreatModel
-
-
-def _convert(text: str, kind, name: str, option: str):
-    try:
-        if kind is bool:
-            if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
-                raise ValueError(text)
-            return text.lower() in ("true", "1", "yes")
-        return kind(text)
-    except ValueError:
-        raise InputError(f"defense {name!r}: {option}={text!r} is not a valid {kind.__name__}") from None
 
 
 def parse_defense(spec: str) -> tuple[str, dict[str, Any]]:
     """'prune', 'prune:0.5' (the first option), 'dp:eps=100:delta=1e-5' -> (name, options with defaults)."""
-    parts = [p for p in spec.strip().split(":")]
-    name = parts[0]
-    cls = DEFENSES.get(name)
-    options = {o.name: o.default for o in cls.options}
-    by_name = {o.name: o for o in cls.options}
-    for i, part in enumerate(parts[1:]):
-        if "=" in part:
-            key, value = part.split("=", 1)
-        elif i == 0 and cls.options:
-            key, value = cls.options[0].name, part
-        else:
-            raise InputError(f"defense {name!r}: {part!r} needs the form option=value")
-        if key not in by_name:
-            raise InputError(f"defense {name!r} has no option {key!r} (options: {', '.join(by_name) or 'none'})")
-        options[key] = _convert(value, by_name[key].type, name, key)
-        if by_name[key].choices and options[key] not in by_name[key].choices:
-            raise InputError(f"defense {name!r}: {key} must be one of {', '.join(by_name[key].choices)}")
-    return name, options
+    return parse_spec(DEFENSES, spec)
 
 
 def apply_defenses(tm: ThreatModel, specs: list[tuple[str, dict[str, Any]]], ctx: DefenseContext):

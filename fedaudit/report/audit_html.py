@@ -36,6 +36,8 @@ def render_audit_html(audit: dict[str, Any], grids: dict[str, bytes]) -> str:
                 img = f"<br><img class='px' src='{_uri(grids[c['grid']])}'>" if c.get("grid") in grids else ""
                 feat = (f"<br>features recovered, max relative error {_num(c['feature_relative_error'])}"
                         if c.get("feature_relative_error") is not None else "")
+                if not c.get("grid"):
+                    feat += "<br>no images: the attack stopped before them (see the cell report)"
                 band = c.get("risk_band")
                 parts.append(f"<td class='cell'><span class='band {e(str(band))}'>{e(_band(band or ''))}</span><br>"
                              f"PSNR {_num(c.get('psnr'))} &middot; SSIM {_num(c.get('ssim'))} &middot; LPIPS {_num(c.get('lpips'))}<br>"

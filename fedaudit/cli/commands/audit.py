@@ -17,12 +17,13 @@ from fedaudit.cli.options import (AllowCustomArchOpt, CheckpointArg, DeviceOpt, 
 from fedaudit.defenses.run import parse_defense
 from fedaudit.device import resolve_device
 from fedaudit.errors import EXIT_INTERRUPTED, InputError
-from fedaudit.io.files import dumps_json, sha256_file
+from fedaudit.io.files import dumps_json
 from fedaudit.io.images import load_images, parse_labels
 from fedaudit.io.truth import load_truth
 from fedaudit.labels import LABEL_METHODS
 from fedaudit.labels.base import LabelContext
 from fedaudit.labels.run import load_aux
+from fedaudit.methods import parse_spec
 from fedaudit.report.audit_html import render_audit_html
 from fedaudit.report.document import new_report
 from fedaudit.report.outdir import OutputDir
@@ -41,6 +42,31 @@ def parse_defenses(text: str) -> list[tuple[str, list]]:
     return rows
 
 
+LOOP_KEYS = {"lr": float, "schedule": str, "iterations": int, "restarts": int}
+
+
+def parse_attack_options(specs: list[str]) -> dict[str, dict]:
+    """'fedleak:lr=0.03:tv=0.2' -> {"fedleak": {"lr": 0.03, "tv": 0.2}}: only the keys given (loop keys too)."""
+    out: dict[str, dict] = {}
+    for spec in specs:
+        name, *parts = spec.strip().split(":")
+        loop = {}
+        rest = []
+        for part in parts:
+            key, _, value = part.partition("=")
+            if key in LOOP_KEYS and value:
+                try:
+                    loop[key] = LOOP_KEYS[key](value)
+                except ValueError:
+                    raise InputError(f"{name!r}: {key}={value!r} is not a valid {LOOP_KEYS[key].__name__}") from None
+            else:
+                rest.append(part)
+        _, opts = parse_spec(ATTACKS, ":".join([name, *rest]))
+        given = {p.split("=", 1)[0] for p in rest}
+        out.setdefault(name, {}).update({k: v for k, v in opts.items() if k in given}, **loop)
+    return out
+
+
 def register(app) -> None:
     @app.command("audit")
     @handle_errors
@@ -51,6 +77,7 @@ def register(app) -> None:
         out: Annotated[Path, typer.Option("--out", "-o", help="Audit folder to create (audit.json, audit.html, cells/).", show_default=False)],
         attacks: Annotated[str, typer.Option("--attacks", help="Comma-separated attacks (see 'fedaudit reconstruct').")] = "ig,fedleak",
         defenses: Annotated[str, typer.Option("--defenses", help="Comma-separated rows: none, prune:0.5, dp:eps=100:delta=1e-5, quantize:bits=8, soteria:0.5, refiner:critic=FILE; chain with '+'.")] = "none",
+        attack_options: Annotated[Optional[list[str]], typer.Option("--attack-options", help="Options of one attack, e.g. 'rgla:inverter=inv.safetensors' or 'fedleak:lr=0.03:tv=0.2' (lr, schedule, iterations and restarts are accepted too); repeatable.")] = None,
         iterations: Annotated[Optional[int], typer.Option("--iterations", "-n", help="Iterations for every attack (default: each attack's own).")] = None,
         restarts: Annotated[Optional[int], typer.Option("--restarts", help="Restarts for every attack (default: each attack's own).")] = None,
         labels: Annotated[Optional[str], typer.Option("--labels", help="Label method for every attack (default: each attack's own).")] = None,
@@ -76,6 +103,7 @@ def register(app) -> None:
         if labels:
             LABEL_METHODS.get(labels)
         rows = parse_defenses(defenses)
+        per_attack = parse_attack_options(attack_options or [])
         if iterations is not None and iterations < 1 or restarts is not None and restarts < 1:
             raise InputError("--iterations and --restarts must be >= 1")
         outdir = OutputDir(out, force=force)
@@ -89,7 +117,7 @@ def register(app) -> None:
                 batch = load_images(eval_images, tm.spec.input_shape)
                 ev_x, ev_y = batch.images, parse_labels(eval_labels, batch, tm.spec.num_classes)
             ctx = LabelContext(aux=load_aux(tm, aux, None, dummy, 1000, seed, False), seed=seed, device=dev)
-            plan = AuditPlan(rows, attack_names, iterations, restarts, labels, ctx, seed, str(dev), lpips_net.value,
+            plan = AuditPlan(rows, attack_names, per_attack, iterations, restarts, labels, ctx, seed, str(dev), lpips_net.value,
                              str(lpips_weights) if lpips_weights else None, ev_x, ev_y, eval_lr, quiet)
             info_line(f"audit: {len(rows)} defense rows x {len(attack_names)} attacks on {tm.spec.arch}, B={tm.batch_size}", quiet)
             doc = new_report("audit", {"checkpoint": checkpoint, "update": update, "truth": truth, "eval_images": eval_images},

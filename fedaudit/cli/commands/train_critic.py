@@ -6,11 +6,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from fedaudit.cli.console import emit_json, info_line, refuse_existing
 from fedaudit.cli.errors import handle_errors
+from fedaudit.cli.training import train_with_progress
 from fedaudit.cli.options import ForceOpt, QuietOpt, SeedOpt
 from fedaudit.defenses.critic import CriticTraining, save_critic, train_critic
 from fedaudit.errors import EXIT_INTERRUPTED, InputError
@@ -47,17 +46,8 @@ def register(app) -> None:
             raise InputError("--epochs, --batch-size and --width must be >= 1 and --lr > 0")
         batch = load_images(images, _shape(image_shape), resize=resize)
         cfg = CriticTraining(epochs=epochs, batch_size=batch_size, lr=lr, width=width, seed=seed)
-        progress = Progress(TextColumn("critic"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                            TextColumn("mse {task.fields[mse]}"), console=Console(stderr=True), transient=True, disable=quiet)
-        interrupted = False
-        with progress:
-            task = progress.add_task("train", total=epochs, mse="-")
-            try:
-                critic, info = train_critic(batch.images, cfg, lambda e, m: progress.update(task, advance=1, mse=f"{m:.4g}"))
-            except KeyboardInterrupt as exc:
-                if not hasattr(exc, "critic"):
-                    raise
-                critic, info, interrupted = exc.critic, exc.info, True
+        critic, info, interrupted = train_with_progress(
+            "critic", epochs, quiet, lambda on_epoch: train_critic(batch.images, cfg, on_epoch), "critic")
         info["interrupted"] = interrupted
         save_critic(output, critic, info)
         info_line(f"{'interrupted after' if interrupted else 'trained'} {info['epochs_run']} epochs -> {output}", quiet)

@@ -5,13 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-import torch
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from fedaudit.cli.console import emit_json, info_line, refuse_existing
 from fedaudit.cli.errors import handle_errors
+from fedaudit.cli.training import train_with_progress
 from fedaudit.cli.options import AllowCustomArchOpt, BNMode, CheckpointArg, ForceOpt, QuietOpt, SeedOpt
 from fedaudit.errors import EXIT_INTERRUPTED, InputError
 from fedaudit.io.checkpoint import load_checkpoint
@@ -54,18 +52,9 @@ def register(app) -> None:
         cfg = InverterTraining(epochs=epochs, batch_size=batch_size, lr=lr, width=width, flip=not no_flip,
                                bn_mode=bn_mode.value, seed=seed)
         info_line(f"train-inverter: {ckpt.spec.arch}, {batch.images.shape[0]} images, {epochs} epochs", quiet)
-        progress = Progress(TextColumn("inverter"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                            TextColumn("mse {task.fields[mse]}"), console=Console(stderr=True), transient=True, disable=quiet)
-        interrupted = False
-        with progress:
-            task = progress.add_task("train", total=epochs, mse="-")
-            try:
-                inverter, info = train_inverter(ckpt.model, ckpt.spec, final, batch.images, cfg,
-                                                lambda e, mse: progress.update(task, advance=1, mse=f"{mse:.4g}"))
-            except KeyboardInterrupt as exc:
-                if not hasattr(exc, "inverter"):
-                    raise
-                inverter, info, interrupted = exc.inverter, exc.info, True
+        inverter, info, interrupted = train_with_progress(
+            "inverter", epochs, quiet, lambda on_epoch: train_inverter(ckpt.model, ckpt.spec, final, batch.images, cfg, on_epoch),
+            "inverter")
         info["interrupted"] = interrupted
         save_inverter(output, inverter, ckpt.sha256, bn_mode.value, info)
         val = info.get("validation_psnr")
