@@ -148,6 +148,29 @@ def test_lpips_null_with_reason_when_weights_absent(monkeypatch, tmp_path):
         lpips_mod.load_lpips.cache_clear()
 
 
+def test_lpips_null_with_reason_when_package_missing(monkeypatch):
+    """A machine without the lpips package (seen on a GPU image) gets a null score and a reason, not a crash."""
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_lpips(name, *args, **kwargs):
+        if name == "lpips":
+            raise ImportError("No module named 'lpips'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_lpips)
+    lpips_mod.load_lpips.cache_clear()
+    try:
+        x = torch.rand(2, 3, 32, 32)
+        m = evaluate_images(x, x)
+        assert m["summary"]["lpips"] is None and m["summary"]["psnr"]["mean"] > 40
+        info = m["conventions"]["lpips"]
+        assert info["package"] is None and info["unavailable_reason"] == "the lpips package is not installed"
+    finally:
+        lpips_mod.load_lpips.cache_clear()
+
+
 def test_evaluate_images_matches_and_bands():
     g = torch.Generator().manual_seed(4)
     truth = torch.rand(3, 3, 32, 32, generator=g)

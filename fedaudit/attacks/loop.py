@@ -8,6 +8,9 @@
   (L-BFGS keeps no state across a resume: its curvature history is rebuilt.)
 * Ctrl-C: the loop stops, scores the current iterate, and returns the best so far with ``interrupted=True``.
 * Seeds: ``seed`` fixes every initialisation, so CPU runs repeat exactly.
+* Monitor (benchmarks): ``monitor(attack, state, restart, iteration)`` is called every ``monitor_every``
+  iterations; it may score the iterate against a truth the attack never sees, and returning True ends the
+  restart early (a wall-clock budget).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import torch
 from rich.console import Console
@@ -39,6 +43,8 @@ class LoopConfig:
     resume: Path | None = None
     quiet: bool = False
     fingerprint: str = ""  # attack + options + update hash; a checkpoint only resumes the same run
+    monitor: Callable[[OptimizationAttack, dict, int, int], bool | None] | None = None
+    monitor_every: int = 0
 
 
 @dataclass
@@ -166,6 +172,9 @@ def optimize(attack: OptimizationAttack, cfg: LoopConfig) -> LoopResult:
                     progress.advance(task)
                     if cfg.checkpoint_every and cfg.checkpoint_path and (it + 1) % cfg.checkpoint_every == 0:
                         _save_checkpoint(cfg, state, opt, best, restart, it + 1, history)
+                    if cfg.monitor and cfg.monitor_every and ((it + 1) % cfg.monitor_every == 0 or it == cfg.iterations - 1):
+                        if cfg.monitor(attack, state, restart, it + 1):
+                            break
             except KeyboardInterrupt:
                 interrupted = True
             if restart not in diverged and _finite(state):

@@ -38,9 +38,13 @@ class LpipsModel:
     reason: str | None  # why ``model`` is None
 
     def info(self) -> dict:
-        import lpips
+        try:
+            import lpips
 
-        return {"net": self.net, "version": "0.1", "package": f"lpips {getattr(lpips, '__version__', '?')}",
+            package = f"lpips {getattr(lpips, '__version__', '?')}"
+        except ImportError:  # LPIPS is optional: the score is null and the reason says why
+            package = None
+        return {"net": self.net, "version": "0.1", "package": package,
                 "input_range": "[-1,1]", "backbone_source": self.source, "unavailable_reason": self.reason}
 
 

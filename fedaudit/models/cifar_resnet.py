@@ -1,6 +1,8 @@
 """CIFAR-style ResNets (He et al. 2016 with a 3x3 stride-1 stem and no max-pool), as FedLeak, RGLA and
 Refiner evaluate them at 32x32. ``width`` is the first stage's channel count (64 standard; FedLeak's
-ResNet10_x3 is width=192). Parameter names follow torchvision (conv1, bn1, layer1..4, fc)."""
+ResNet10_x3 is width=192). ``activation="sigmoid"`` replaces every ReLU by a sigmoid, as FedLeak's released demo
+does (and DLG's LeNet): a smooth model that gradient inversion finds much easier. Parameter names follow
+torchvision (conv1, bn1, layer1..4, fc)."""
 
 from __future__ import annotations
 
@@ -9,16 +11,19 @@ from torch import nn
 from fedaudit.models.registry import register_model
 
 
+ACTIVATIONS = {"relu": nn.ReLU, "sigmoid": nn.Sigmoid}
+
+
 class BasicBlock(nn.Module):
     expansion = 1
 
-    def __init__(self, cin: int, cout: int, stride: int = 1):
+    def __init__(self, cin: int, cout: int, stride: int = 1, activation: str = "relu"):
         super().__init__()
         self.conv1 = nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False)
         self.bn1 = nn.BatchNorm2d(cout)
         self.conv2 = nn.Conv2d(cout, cout, 3, padding=1, bias=False)
         self.bn2 = nn.BatchNorm2d(cout)
-        self.relu = nn.ReLU()
+        self.relu = ACTIVATIONS[activation]()
         self.downsample = None
         if stride != 1 or cin != cout:
             self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride=stride, bias=False), nn.BatchNorm2d(cout))
@@ -31,15 +36,19 @@ class BasicBlock(nn.Module):
 
 
 class CifarResNet(nn.Module):
-    def __init__(self, blocks, num_classes: int = 10, input_shape=(3, 32, 32), width: int = 64):
+    def __init__(self, blocks, num_classes: int = 10, input_shape=(3, 32, 32), width: int = 64,
+                 activation: str = "relu"):
         super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, not {activation!r}")
         self.conv1 = nn.Conv2d(input_shape[0], width, 3, padding=1, bias=False)
         self.bn1 = nn.BatchNorm2d(width)
-        self.relu = nn.ReLU()
+        self.relu = ACTIVATIONS[activation]()
         cin = width
         for i, n in enumerate(blocks):
             cout = width * 2**i
-            stage = [BasicBlock(cin if j == 0 else cout, cout, stride=(1 if i == 0 or j > 0 else 2)) for j in range(n)]
+            stage = [BasicBlock(cin if j == 0 else cout, cout, stride=(1 if i == 0 or j > 0 else 2), activation=activation)
+                     for j in range(n)]
             setattr(self, f"layer{i + 1}", nn.Sequential(*stage))
             cin = cout
         self.avgpool = nn.AdaptiveAvgPool2d(1)

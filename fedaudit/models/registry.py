@@ -107,7 +107,7 @@ def build_model(spec: ModelSpec, allow_custom: bool = False) -> nn.Module:
         model_fn = lambda: entry.factory(spec.num_classes, tuple(spec.input_shape), **spec.kwargs)  # noqa: E731
     try:
         model = model_fn()
-    except TypeError as exc:
+    except (TypeError, ValueError) as exc:
         raise InputError(f"cannot build {spec.arch!r} with options {spec.kwargs}: {exc}") from None
     if not isinstance(model, nn.Module):
         raise InputError(f"{spec.arch!r} did not return a torch.nn.Module")

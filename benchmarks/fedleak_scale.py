@@ -1,0 +1,232 @@
+"""FedLeak vs Inverting Gradients at the paper's scale: a full-width CIFAR ResNet-10 (4.9M parameters), batch 16,
+long budgets. Meant for a GPU (``--device cuda``); every path also runs on the CPU, slowly.
+
+One run = one attack on one model/batch, scored against the truth every ``--every`` iterations (the attack never
+sees it), optionally stopped by a wall-clock budget:
+
+    python benchmarks/fedleak_scale.py --attack fedleak --iterations 10000 --every 500 --device cuda --json fl.json
+    python benchmarks/fedleak_scale.py --attack ig --iterations 4000 --lr 0.1 --schedule step --device cuda
+    python benchmarks/fedleak_scale.py --attack fedleak --opt blend=0.3 --opt look-ahead=descent --lr 0.03
+    python benchmarks/fedleak_scale.py --time 30 --device cuda      # ms/iteration of IG and FedLeak, B = 1/4/16
+                                                                    # (5 alternating blocks of 30 iterations)
+
+Images: the 20 CIFAR-10 test images foolbox ships, or ``--images DIR`` (PNG files named ``*_<label>.png``).
+Results (trajectory of PSNR/SSIM, ms per iteration) go to ``--json``; benchmarks/results/fedleak_scale.md
+holds the table reported in the README.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from fedaudit.attacks import ATTACKS
+from fedaudit.attacks.engine import GradientEngine
+from fedaudit.attacks.loop import LoopConfig, optimize
+from fedaudit.client.capture import CaptureConfig
+from fedaudit.data.offline import CIFAR10_MEAN, CIFAR10_STD, cifar10_samples
+from fedaudit.io.images import load_image_files, parse_labels
+from fedaudit.labels import LABEL_METHODS
+from fedaudit.labels.base import LabelContext
+from fedaudit.metrics.matching import match
+from fedaudit.metrics.psnr import psnr
+from fedaudit.metrics.ssim import ssim
+from fedaudit.models import ModelSpec, build_model
+from fedaudit.models.normalize import normalize
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from labels import threat_model  # noqa: E402  (the in-memory ThreatModel the other benchmarks use)
+from reconstruct import trained  # noqa: E402
+
+
+def images(folder: Path | None):
+    if folder is None:
+        x, y, _ = cifar10_samples()
+        return x, y
+    batch = load_image_files(sorted(folder.glob("*.png")), (3, 32, 32))
+    return batch.images, parse_labels("names", batch, 10)
+
+
+def setup(args, b):
+    kwargs = {"width": args.width, "activation": args.activation} if args.arch.startswith("resnet") else {}
+    spec = ModelSpec(args.arch, 10, (3, 32, 32), CIFAR10_MEAN, CIFAR10_STD, kwargs)
+    torch.manual_seed(args.model_seed)
+    model = build_model(spec).eval()
+    if args.state == "trained":  # 1 epoch of Adam on MNIST digits (as benchmarks/reconstruct.py)
+        model = trained(model, spec)
+    x_all, y_all = images(args.images)
+    x, y = x_all[:b], y_all[:b]
+    tm = threat_model(spec, model, x, y, CaptureConfig(batch_size=b, bn_mode="eval" if b == 1 else "train"))
+    labels = y.tolist() if args.labels == "true" else LABEL_METHODS.get("auto")().run(tm, LabelContext()).labels
+    return spec, tm, x, y, labels
+
+
+def make_attack(name, tm, labels, opts, device):
+    cls = ATTACKS.get(name)
+    options = {o.name: o.default for o in cls.options}
+    for kv in opts:
+        k, v = kv.split("=", 1)
+        option = next(o for o in cls.options if o.name == k)
+        options[k] = (v.lower() in ("1", "true", "yes")) if option.type is bool else option.type(v)
+    return cls, cls(tm, GradientEngine(tm, device), torch.tensor(labels), options, len(labels))
+
+
+def score(imgs, x):
+    imgs = imgs.detach().float().cpu()
+    pairs = match(imgs, x)
+    rec, ref = imgs[[j for _, j in pairs]], x[[i for i, _ in pairs]]
+    return float(psnr(rec, ref).mean()), float(ssim(rec, ref).mean())
+
+
+def sync(device):
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+def floor_ms(spec, tm, x, y, device, repeats=20):
+    """One plain forward + backward of the batch (the cost floor), median of ``repeats``."""
+    model = tm.model.to(device).train()
+    x, y = x.to(device), y.to(device)
+    times = []
+    for _ in range(repeats + 3):
+        sync(device)
+        t0 = time.perf_counter()
+        model.zero_grad()
+        F.cross_entropy(model(normalize(x, spec)), y).backward()
+        sync(device)
+        times.append(time.perf_counter() - t0)
+    model.eval()
+    return 1000 * sorted(times[3:])[repeats // 2]
+
+
+def time_attacks(args, blocks: int = 5):
+    """ms/iteration of IG and FedLeak (paper options) per batch size: after a warm-up, ``blocks`` alternating
+    blocks of ``--time`` iterations each, median per attack (alternating cancels a machine's drift)."""
+    rows = []
+    for b in (1, 4, 16):
+        spec, tm, x, y, labels = setup(args, b)
+        row = {"B": b, "floor_ms": floor_ms(spec, tm, x, y, args.device)}
+        attacks = {name: make_attack(name, tm, labels, [], args.device) for name in ("ig", "fedleak")}
+        samples = {name: [] for name in attacks}
+        for block in range(blocks + 1):
+            for name, (cls, attack) in attacks.items():
+                n = 3 if block == 0 else args.time  # block 0: warm-up (kernel selection, allocator)
+                sync(args.device)
+                r = optimize(attack, LoopConfig(iterations=n, lr=cls.defaults["lr"], schedule="none", quiet=True))
+                sync(args.device)
+                if block:
+                    samples[name].append(1000 * r.seconds / r.iterations_run)
+        for name, ms in samples.items():
+            row[f"{name}_ms"] = sorted(ms)[len(ms) // 2]
+        row["ratio"] = row["fedleak_ms"] / row["ig_ms"]
+        rows.append(row)
+        print(f"B={b}: floor {row['floor_ms']:.2f} ms, IG {row['ig_ms']:.2f} ms/it, FedLeak {row['fedleak_ms']:.2f} "
+              f"ms/it, ratio {row['ratio']:.2f}", flush=True)
+    return {"mode": "time", "arch": args.arch, "width": args.width, "device": args.device,
+            "gpu": torch.cuda.get_device_name() if torch.device(args.device).type == "cuda" else "cpu", "rows": rows}
+
+
+def trajectory(args):
+    spec, tm, x, y, labels = setup(args, args.batch)
+    insacc = sum(min(labels.count(c), y.tolist().count(c)) for c in range(10)) / len(labels)
+    cls, attack = make_attack(args.attack, tm, labels, args.opt, args.device)
+    lr = args.lr if args.lr is not None else cls.defaults["lr"]
+    schedule = args.schedule or cls.defaults["schedule"]
+    points, t0 = [], time.perf_counter()
+    spent = [0.0]  # seconds spent scoring, excluded from the per-iteration cost
+
+    def monitor(att, state, restart, it):
+        sync(args.device)
+        t = time.perf_counter()
+        p, s = score(att.images(state), x)
+        spent[0] += time.perf_counter() - t
+        elapsed = time.perf_counter() - t0 - spent[0]
+        points.append({"iteration": it, "psnr": p, "ssim": s, "seconds": elapsed})
+        print(f"{args.name or args.attack} it {it} psnr {p:.2f} ssim {s:.3f} {1000 * elapsed / it:.1f} ms/it",
+              flush=True)
+        return args.max_seconds is not None and time.perf_counter() - t0 > args.max_seconds
+
+    cfg = LoopConfig(iterations=args.iterations, lr=lr, schedule=schedule, seed=args.seed, quiet=True,
+                     monitor=monitor, monitor_every=args.every)
+    r = optimize(attack, cfg)
+    final_psnr, final_ssim = score(r.images, x)
+    last = points[-1] if points else {"iteration": r.iterations_run, "seconds": r.seconds}
+    return {"mode": "trajectory", "name": args.name or args.attack, "attack": args.attack, "arch": args.arch,
+            "width": args.width, "activation": args.activation, "state": args.state, "B": args.batch, "lr": lr, "schedule": schedule, "options": attack.options,
+            "iterations": args.iterations, "iterations_run": r.iterations_run, "labels_insacc": insacc,
+            "device": args.device, "ms_per_iter": 1000 * last["seconds"] / max(last["iteration"], 1),
+            "final_psnr": final_psnr, "final_ssim": final_ssim, "points": points}
+
+
+def summarize(files: list[Path], out: Path) -> str:
+    """Collect run JSONs into ``out``.json and a markdown table ``out``.md (returned)."""
+    runs = [json.loads(f.read_text()) for f in sorted(files)]
+    out.with_suffix(".json").write_text(json.dumps(runs, indent=1))
+    runs.sort(key=lambda r: (r["mode"], r.get("activation", "relu"), r.get("state", "random"), r.get("iterations", 0),
+                             r.get("attack", ""), r.get("lr", 0)))
+    lines = ["ms/it of trajectory runs: five or six runs shared one GPU at a time (the back-to-back cost is below).", "","| model | attack | lr, schedule | options | iterations | final PSNR / SSIM | peak PSNR (iteration) | ms/it |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in (r for r in runs if r["mode"] == "trajectory"):
+        cls = ATTACKS.get(r["attack"])
+        changed = {k: v for k, v in r["options"].items()
+                   if any(o.name == k and o.default != v for o in cls.options)}
+        peak = max(r["points"], key=lambda p: p["psnr"])
+        model = f"{r['arch']} w{r['width']} {r.get('activation', 'relu')}, {r.get('state', 'random')}, B={r['B']}"
+        lines.append(f"| {model} | {r['attack']} | {r['lr']:g}, {r['schedule']} | "
+                     f"{', '.join(f'{k}={v}' for k, v in changed.items()) or 'defaults'} | "
+                     f"{r['iterations_run']}/{r['iterations']} | {r['final_psnr']:.2f} / {r['final_ssim']:.3f} | "
+                     f"{peak['psnr']:.2f} ({peak['iteration']}) | {r['ms_per_iter']:.0f} |")
+    for r in (r for r in runs if r["mode"] == "time"):
+        lines += ["", f"Back-to-back cost, {r['arch']}" + (f" w{r['width']}" if r["arch"].startswith("resnet") else "")
+                  + f" on {r['gpu']}: " + "; ".join(
+                      f"B={x['B']}: IG {x['ig_ms']:.1f} ms, FedLeak {x['fedleak_ms']:.1f} ms ({x['ratio']:.2f}x)"
+                      for x in r["rows"])]
+    text = "\n".join(lines) + "\n"
+    out.with_suffix(".md").write_text(text)
+    return text
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--attack", default="fedleak", choices=sorted(ATTACKS.names()))
+    ap.add_argument("--arch", default="resnet10")
+    ap.add_argument("--width", type=int, default=64)
+    ap.add_argument("--activation", choices=("relu", "sigmoid"), default="relu")
+    ap.add_argument("--state", choices=("random", "trained"), default="random")
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--iterations", type=int, default=10000)
+    ap.add_argument("--lr", type=float, help="default: the attack's")
+    ap.add_argument("--schedule", help="default: the attack's")
+    ap.add_argument("--opt", action="append", default=[], help="attack option name=value (repeatable)")
+    ap.add_argument("--labels", choices=("auto", "true"), default="auto")
+    ap.add_argument("--every", type=int, default=250, help="score against the truth every N iterations")
+    ap.add_argument("--max-seconds", type=float, help="stop after this wall-clock budget")
+    ap.add_argument("--time", type=int, metavar="N", help="timing mode: 5 alternating blocks of N iterations of IG and FedLeak at B=1/4/16")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--images", type=Path, help="folder of *_<label>.png (default: foolbox's CIFAR-10 samples)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--model-seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--name")
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--summarize", type=Path, nargs="+", metavar="JSON",
+                    help="collect run JSONs into benchmarks/results/fedleak_scale.{json,md} and stop")
+    args = ap.parse_args(argv)
+    if args.summarize:
+        print(summarize(args.summarize, Path(__file__).resolve().parent / "results" / "fedleak_scale"))
+        return 0
+    torch.set_num_threads(args.threads)
+    result = time_attacks(args) if args.time else trajectory(args)
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

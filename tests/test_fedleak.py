@@ -1,0 +1,124 @@
+"""FedLeak internals: the top-R% mask (exact and sampled), the fused L1 + cosine and its closed-form gradient,
+the per-tensor reduction and the signed step, the loop's monitor hook, the sigmoid ResNet option, and the
+paper-scale benchmark script (tiny settings)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from fedaudit.attacks import ATTACKS
+from fedaudit.attacks.engine import GradientEngine
+from fedaudit.attacks.fedleak import MaskedL1Cosine, _sample_step, top_mask
+from fedaudit.attacks.loop import LoopConfig, optimize
+from fedaudit.errors import InputError
+from fedaudit.io.truth import load_truth
+from fedaudit.models import ModelSpec, build_model
+from fedaudit.threat_model import load_threat_model
+
+from .conftest import ROOT, sample
+
+
+def _fedleak(name="lenet_b4", **overrides):
+    tm = load_threat_model(*sample(name)[:2])
+    cls = ATTACKS.get("fedleak")
+    options = {o.name: o.default for o in cls.options} | overrides
+    labels = load_truth(sample(name)[2]).labels  # the true labels: these tests are about the objective
+    return cls(tm, GradientEngine(tm), labels, options, len(labels))
+
+
+def test_top_mask_exact_keeps_the_top_ratio_of_each_tensor():
+    g = [torch.randn(1000, generator=torch.Generator().manual_seed(i)) for i in range(3)]
+    mask = top_mask(g, 0.3, "per-tensor", sample=0)
+    for part, t in zip(mask.split(1000), g):
+        assert int(part.sum()) == 300
+        assert t.abs()[part.bool()].min() >= t.abs()[~part.bool()].max()
+    glob = top_mask([g[0], 10 * g[1]], 0.5, "global", sample=0)
+    both = torch.cat([g[0], 10 * g[1]]).abs()
+    assert int(glob.sum()) == 1000 and both[glob.bool()].min() >= both[~glob.bool()].max()
+    assert glob[1000:].sum() > 800  # the large tensor dominates a global top-50%
+
+
+def test_top_mask_sampled_threshold_is_close_and_deterministic():
+    g = [torch.randn(64, 32, 3, 3, generator=torch.Generator().manual_seed(1)) * torch.linspace(0.1, 3, 64).view(-1, 1, 1, 1),
+         torch.randn(300_000, generator=torch.Generator().manual_seed(2))]
+    mask = top_mask(g, 0.5, "per-tensor", sample=4096)
+    for part, t in zip(mask.split([t.numel() for t in g]), g):
+        frac = float(part.mean())
+        assert abs(frac - 0.5) < 2.5 * (0.25 / 4096) ** 0.5 + 1e-3, frac  # 2.5 sigma of a 4,096-sample quantile
+    assert torch.equal(mask, top_mask(g, 0.5, "per-tensor", sample=4096))
+    for n, s in [(18432, 4096), (300_000, 4096), (10, 4096), (1 << 20, 65536)]:
+        step = _sample_step(n, s)
+        assert step == 1 or (step % 2 and step % 3)
+
+
+def test_fused_l1_cosine_matches_autograd_reference():
+    gen = torch.Generator().manual_seed(0)
+    g = torch.randn(500, dtype=torch.float64, generator=gen, requires_grad=True)
+    u = torch.randn(500, dtype=torch.float64, generator=gen)
+    m = (torch.rand(500, generator=gen) > 0.5).double()
+    um = u * m
+    args = (m, um, um.norm(), m.sum())
+    got = MaskedL1Cosine.apply(g, *args)
+    ref = (g * m - um).abs().sum() / m.sum() + 1 - torch.dot(g * m, um) / ((g * m).norm() * um.norm())
+    assert abs(float((got - ref).detach())) < 1e-12
+    (a,) = torch.autograd.grad(3 * got, [g])
+    (b,) = torch.autograd.grad(3 * ref, [g])
+    assert torch.allclose(a, b, atol=1e-12)
+    assert torch.autograd.gradcheck(lambda v: MaskedL1Cosine.apply(v, *args), (g,))
+
+
+def test_per_tensor_reduction_and_signed_step():
+    a = _fedleak(reduction="per-tensor", **{"mask-sample": 0, "tv": 0.0, "act": 0.0})
+    x = a.init_state(torch.Generator().manual_seed(0))["x"]
+    d, _ = a._objective(x)
+    ref = 0.0
+    for gt, ut in zip(a.engine.gradient(x, a.labels), a.engine.target.tensors):
+        m = top_mask([gt], 0.5, "global", 0)
+        gm, um = gt.reshape(-1) * m, ut.reshape(-1) * m
+        ref = ref + (gm - um).abs().sum() / m.sum() + 1 - torch.dot(gm, um) / (gm.norm() * um.norm())
+    d, ref = float(d.detach()), float(ref.detach())
+    assert abs(d - ref) < 1e-4 * abs(ref)
+    s = _fedleak(signed=True)
+    state = s.init_state(torch.Generator().manual_seed(0))
+    s.closure(state, 0)
+    assert set(state["x"].grad.unique().tolist()) <= {-1.0, 0.0, 1.0}
+
+
+def test_loop_monitor_sees_iterations_and_can_stop():
+    a = _fedleak(blend=0.0)
+    seen = []
+
+    def monitor(attack, state, restart, it):
+        seen.append((restart, it, tuple(attack.images(state).shape)))
+        return it >= 6
+
+    r = optimize(a, LoopConfig(iterations=20, lr=0.03, schedule="none", quiet=True, monitor=monitor, monitor_every=3))
+    assert [s[1] for s in seen] == [3, 6] and r.iterations_run == 6
+    assert seen[0][2] == tuple(r.images.shape)
+
+
+def test_sigmoid_resnet_option():
+    spec = ModelSpec("resnet10", 10, (3, 32, 32), (0.5,) * 3, (0.5,) * 3, {"width": 8, "activation": "sigmoid"})
+    model = build_model(spec)
+    kinds = {type(m).__name__ for m in model.modules()}
+    assert "Sigmoid" in kinds and "ReLU" not in kinds
+    relu = build_model(ModelSpec("resnet10", 10, (3, 32, 32), (0.5,) * 3, (0.5,) * 3, {"width": 8}))
+    assert sum(p.numel() for p in model.parameters()) == sum(p.numel() for p in relu.parameters())
+    with pytest.raises(InputError, match="activation"):
+        build_model(ModelSpec("resnet10", 10, (3, 32, 32), (0.5,) * 3, (0.5,) * 3, {"activation": "tanh"}))
+
+
+def test_fedleak_scale_benchmark_runs_tiny(tmp_path):
+    out = tmp_path / "run.json"
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "fedleak_scale.py"), "--width", "4", "--batch", "2",
+                          "--iterations", "4", "--every", "2", "--device", "cpu", "--lr", "0.03", "--opt", "blend=0.3",
+                          "--json", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    run = json.loads(out.read_text())
+    assert [p["iteration"] for p in run["points"]] == [2, 4] and run["options"]["blend"] == 0.3
+    assert 0 < run["final_psnr"] < 60 and run["ms_per_iter"] > 0
