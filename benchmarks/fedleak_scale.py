@@ -164,20 +164,24 @@ def trajectory(args):
             "final_psnr": final_psnr, "final_ssim": final_ssim, "points": points}
 
 
-def summarize(files: list[Path], out: Path) -> str:
+GPU_CAPTION = "ms/it of trajectory runs: five or six runs shared one GPU at a time (the back-to-back cost is below)."
+
+
+def summarize(files: list[Path], out: Path, caption: str = GPU_CAPTION) -> str:
     """Collect run JSONs into ``out``.json and a markdown table ``out``.md (returned)."""
     runs = [json.loads(f.read_text()) for f in sorted(files)]
     out.with_suffix(".json").write_text(json.dumps(runs, indent=1))
     runs.sort(key=lambda r: (r["mode"], r.get("activation", "relu"), r.get("state", "random"), r.get("iterations", 0),
                              r.get("attack", ""), r.get("lr", 0)))
-    lines = ["ms/it of trajectory runs: five or six runs shared one GPU at a time (the back-to-back cost is below).", "","| model | attack | lr, schedule | options | iterations | final PSNR / SSIM | peak PSNR (iteration) | ms/it |",
+    lines = [caption, "", "| model | attack | lr, schedule | options | iterations | final PSNR / SSIM | peak PSNR (iteration) | ms/it |",
              "|---|---|---|---|---|---|---|---|"]
     for r in (r for r in runs if r["mode"] == "trajectory"):
         cls = ATTACKS.get(r["attack"])
         changed = {k: v for k, v in r["options"].items()
                    if any(o.name == k and o.default != v for o in cls.options)}
         peak = max(r["points"], key=lambda p: p["psnr"])
-        model = f"{r['arch']} w{r['width']} {r.get('activation', 'relu')}, {r.get('state', 'random')}, B={r['B']}"
+        width = f" w{r['width']}" if r["arch"].startswith("resnet") else ""
+        model = f"{r['arch']}{width} {r.get('activation', 'relu')}, {r.get('state', 'random')}, B={r['B']}"
         lines.append(f"| {model} | {r['attack']} | {r['lr']:g}, {r['schedule']} | "
                      f"{', '.join(f'{k}={v}' for k, v in changed.items()) or 'defaults'} | "
                      f"{r['iterations_run']}/{r['iterations']} | {r['final_psnr']:.2f} / {r['final_ssim']:.3f} | "
@@ -216,10 +220,13 @@ def main(argv=None) -> int:
     ap.add_argument("--name")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--summarize", type=Path, nargs="+", metavar="JSON",
-                    help="collect run JSONs into benchmarks/results/fedleak_scale.{json,md} and stop")
+                    help="collect run JSONs into RESULTS.{json,md} and stop")
+    ap.add_argument("--results", type=Path, default=Path(__file__).resolve().parent / "results" / "fedleak_scale",
+                    help="where --summarize writes (no suffix); default benchmarks/results/fedleak_scale")
+    ap.add_argument("--caption", default=GPU_CAPTION, help="first line of the --summarize table")
     args = ap.parse_args(argv)
     if args.summarize:
-        print(summarize(args.summarize, Path(__file__).resolve().parent / "results" / "fedleak_scale"))
+        print(summarize(args.summarize, args.results, args.caption))
         return 0
     torch.set_num_threads(args.threads)
     result = time_attacks(args) if args.time else trajectory(args)

@@ -122,3 +122,10 @@ def test_fedleak_scale_benchmark_runs_tiny(tmp_path):
     run = json.loads(out.read_text())
     assert [p["iteration"] for p in run["points"]] == [2, 4] and run["options"]["blend"] == 0.3
     assert 0 < run["final_psnr"] < 60 and run["ms_per_iter"] > 0
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "fedleak_scale.py"), "--summarize", str(out),
+                          "--results", str(tmp_path / "table"), "--caption", "tiny"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    table = (tmp_path / "table.md").read_text().splitlines()
+    assert table[0] == "tiny" and table[4].startswith("| resnet10 w4 relu, random, B=2 | fedleak | 0.03, none | blend=0.3")
+    assert json.loads((tmp_path / "table.json").read_text())[0]["final_psnr"] == run["final_psnr"]

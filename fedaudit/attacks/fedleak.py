@@ -154,26 +154,37 @@ class FedLeak(OptimizationAttack):
     def _split(self, flat):
         return list(flat.split([t.numel() for t in self.engine.target.tensors]))
 
+    # The variables and how they make x'. Pixels here; fedleak-dip optimises a generator's weights instead.
+    def variables(self, state) -> list[torch.Tensor]:
+        return [state["x"]]
+
+    def render(self, state, variables: list[torch.Tensor] | None = None) -> torch.Tensor:
+        return state["x"] if variables is None else variables[0]
+
+    def look_ahead(self, d1: list[torch.Tensor]) -> list[torch.Tensor]:
+        """phi of Eq. 12, before its sign: k d1 / ||d1|| with ||phi|| = radius * sqrt(#pixels)."""
+        k = self.options["radius"] * math.sqrt(sum(g.numel() for g in d1))
+        scale = k / torch.sqrt(sum(g.square().sum() for g in d1)).clamp_min(1e-30)
+        return [scale * g for g in d1]
+
     def closure(self, state, it):
-        x = state["x"]
-        d, masks = self._objective(x)
-        (d1,) = torch.autograd.grad(d, [x])
+        variables = self.variables(state)
+        d, masks = self._objective(self.render(state, variables))
+        d1 = torch.autograd.grad(d, variables)
         lam = self.options["blend"]
         if lam:
             sign = 1.0 if self.options["look-ahead"] == "ascent" else -1.0
-            k = self.options["radius"] * math.sqrt(x.numel())
-            phi = sign * k * d1 / d1.norm().clamp_min(1e-30)
-            x_ahead = (x.detach() + phi).requires_grad_(True)
-            d_ahead, _ = self._objective(x_ahead, masks)  # same Lambda at x' + phi (Alg. 1, line 8)
-            (d2,) = torch.autograd.grad(d_ahead, [x_ahead])
-            x.grad = (1 - lam) * d1 + lam * d2
+            ahead = [(v.detach() + sign * p).requires_grad_(True) for v, p in zip(variables, self.look_ahead(d1))]
+            d_ahead, _ = self._objective(self.render(state, ahead), masks)  # same Lambda at x' + phi (Alg. 1, line 8)
+            d2 = torch.autograd.grad(d_ahead, ahead)
+            steps = [(1 - lam) * g1 + lam * g2 for g1, g2 in zip(d1, d2)]
         else:
-            x.grad = d1
-        if self.options["signed"]:
-            x.grad = x.grad.sign()
+            steps = list(d1)
+        for v, g in zip(variables, steps):
+            v.grad = g.sign() if self.options["signed"] else g
         return d.detach()
 
     def distance(self, state):
         with torch.enable_grad():
-            d, _ = self._objective(state["x"].detach())
+            d, _ = self._objective(self.render(state).detach())
         return float(d.detach())
