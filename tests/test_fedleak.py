@@ -122,6 +122,7 @@ def test_fedleak_scale_benchmark_runs_tiny(tmp_path):
     run = json.loads(out.read_text())
     assert [p["iteration"] for p in run["points"]] == [2, 4] and run["options"]["blend"] == 0.3
     assert 0 < run["final_psnr"] < 60 and run["ms_per_iter"] > 0
+    assert run["final_psnr_best_match"] >= run["final_psnr"] - 1e-6  # many-to-one can only score higher
     res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "fedleak_scale.py"), "--summarize", str(out),
                           "--results", str(tmp_path / "table"), "--caption", "tiny"], cwd=ROOT, capture_output=True,
                          text=True, timeout=300)

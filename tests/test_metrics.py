@@ -11,7 +11,7 @@ from skimage.metrics import peak_signal_noise_ratio
 from fedaudit.metrics import lpips as lpips_mod
 from fedaudit.metrics.evaluate import evaluate_images
 from fedaudit.metrics.labels import counts, label_metrics
-from fedaudit.metrics.matching import match
+from fedaudit.metrics.matching import best_match, match
 from fedaudit.metrics.psnr import psnr
 from fedaudit.metrics.risk import at_or_above, risk_band
 from fedaudit.metrics.ssim import ssim
@@ -75,6 +75,21 @@ def test_matching_recovers_a_permutation_and_handles_extra_reconstructions():
     assert match(recon, truth) == [(t, perm.index(t)) for t in range(4)]  # recon[i] is truth[perm[i]]
     extra = torch.cat([torch.rand(3, 3, 16, 16, generator=g), recon])
     assert match(extra, truth) == [(t, 3 + perm.index(t)) for t in range(4)]
+
+
+def test_best_match_lets_one_reconstruction_stand_for_several_truths():
+    """FedLeak's protocol: each truth image takes its closest reconstruction, repeats allowed."""
+    g = torch.Generator().manual_seed(3)
+    truth = torch.rand(3, 3, 16, 16, generator=g)
+    # reconstruction 0 sits between truths 0 and 1; reconstructions 1, 2 are near truth 2 and noise
+    recon = torch.stack([(truth[0] + truth[1]) / 2, truth[2] + 0.01, torch.rand(3, 16, 16, generator=g)]).clamp(0, 1)
+    assert best_match(recon, truth) == [(0, 0), (1, 0), (2, 1)]
+    assert sorted(r for _, r in match(recon, truth)) == [0, 1, 2]  # one-to-one uses every reconstruction
+    m = evaluate_images(recon, truth)
+    best = m["paper_best_match"]
+    assert best["distinct_reconstructions"] == 2
+    # the many-to-one pairing can only score higher, and here strictly does (one truth got noise one-to-one)
+    assert best["psnr"]["mean"] > m["summary"]["psnr"]["mean"] + 1
 
 
 def test_label_metrics_worked_example():

@@ -31,6 +31,10 @@ def test_score_good_reconstruction(cli, tmp_path):
     report = json.loads((tmp_path / "r" / "report.json").read_text())
     assert [r["recon_index"] for r in report["metrics"]["per_image"]] == [3, 2, 1, 0]  # flipped order undone
     assert report["inputs"]["truth"]["sha256"] and (tmp_path / "r" / "report.html").exists()
+    best = report["metrics"]["paper_best_match"]  # FedLeak's protocol, reported beside the one-to-one score
+    assert out["paper_best_match"] == best
+    assert best["distinct_reconstructions"] == 4 and best["psnr"]["mean"] >= out["summary"]["psnr"]["mean"] - 1e-9
+    assert "For comparison with FedLeak" in (tmp_path / "r" / "report.html").read_text()
 
 
 def test_score_noise_is_low_risk(cli, tmp_path):

@@ -50,6 +50,11 @@ def render_html(report: dict[str, Any], grid_png: bytes | None, image_pngs: list
             else:
                 parts.append(f"<tr><td class='l'>{e(name)}</td>" + "".join(f"<td>{_num(st[k])}</td>" for k in ("mean", "std", "min", "max")) + "</tr>")
         parts.append("</table>")
+        best = metrics.get("paper_best_match")
+        if best and best.get("psnr"):
+            parts.append(f"<p>For comparison with FedLeak's tables ({e(metrics['conventions'].get('paper_best_match', ''))}): "
+                         f"PSNR {_num(best['psnr']['mean'])}, SSIM {_num(best['ssim']['mean'])}, "
+                         f"{best['distinct_reconstructions']} distinct reconstructions used.</p>")
     if grid_png:
         parts.append(f"<h2>Images</h2><p>{'Top: ground truth; below: matched reconstruction.' if image_metrics else 'Reconstructions.'}</p>"
                      f"<img class='px' alt='grid' src='{_uri(grid_png)}'>")
