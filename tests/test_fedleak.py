@@ -130,3 +130,36 @@ def test_fedleak_scale_benchmark_runs_tiny(tmp_path):
     table = (tmp_path / "table.md").read_text().splitlines()
     assert table[0] == "tiny" and table[4].startswith("| resnet10 w4 relu, random, B=2 | fedleak | 0.03, none | blend=0.3")
     assert json.loads((tmp_path / "table.json").read_text())[0]["final_psnr"] == run["final_psnr"]
+
+
+def test_fedleak_scale_mnist_trained_run_and_blank_floor(tmp_path):
+    """--data mnist attacks digits held out from the --state trained split; the table names the data and
+    training and reports the blank-image PSNR floor (an all-black image scores about 11 dB on digits)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from fedleak_scale import images, reference_psnr
+        from reconstruct import TRAIN_DIGITS, mnist_split
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    x, y, perm = mnist_split()
+    held, _ = images(None, "mnist")
+    train = x[perm[:TRAIN_DIGITS]].flatten(1)
+    assert held.shape == (20, 3, 32, 32)
+    assert not any(bool((train == h.flatten()).all(1).any()) for h in held)  # none of them was trained on
+    ref = reference_psnr("mnist", 16)
+    assert 9 < ref["black"]["psnr"] < 14 and ref["gray"]["psnr"] < ref["black"]["psnr"] and ref["floor"]["image"] == "black"
+    out = tmp_path / "run.json"
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "fedleak_scale.py"), "--width", "4", "--batch", "2",
+                          "--data", "mnist", "--state", "trained", "--train-epochs", "1", "--attack", "ig",
+                          "--iterations", "2", "--every", "2", "--device", "cpu", "--json", str(out)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    run = json.loads(out.read_text())
+    assert run["data"] == "mnist" and run["train_epochs"] == 1 and run["state"] == "trained"
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "fedleak_scale.py"), "--summarize", str(out),
+                          "--results", str(tmp_path / "table"), "--caption", "tiny"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    table = (tmp_path / "table.md").read_text()
+    assert "| resnet10 w4 relu, trained, mnist, B=2 | ig |" in table
+    assert f"mnist B=2: all-black {reference_psnr('mnist', 2)['black']['psnr']:.2f} dB" in table

@@ -195,3 +195,21 @@ def test_evaluate_images_matches_and_bands():
     assert m["risk_band"] == "very_high" and m["summary"]["psnr"]["mean"] > 30
     noise = torch.rand(3, 3, 32, 32, generator=g)
     assert evaluate_images(noise, truth)["risk_band"] in ("low", "medium")
+
+
+def test_blank_baseline_is_what_a_constant_image_scores():
+    """The floor equals the score of that constant image, so a blank 'reconstruction' sits at +0 dB above it."""
+    from fedaudit.metrics.blank import blank_baseline
+
+    g = torch.Generator().manual_seed(5)
+    natural = (0.5 + 0.2 * torch.randn(4, 3, 16, 16, generator=g)).clamp(0, 1)  # mid-intensity images
+    digits = torch.zeros(4, 1, 16, 16)
+    digits[:, :, 5:11, 7:9] = 1.0  # mostly black background, like MNIST
+    base = blank_baseline(natural)
+    assert base["floor"]["image"] == "gray" and base["gray"]["psnr"] > base["black"]["psnr"] + 5
+    assert blank_baseline(digits)["floor"]["image"] == "black"
+    m = evaluate_images(torch.full_like(natural, 0.5), natural)
+    assert m["blank_baseline"] == base and abs(m["psnr_above_blank"]) < 1e-6
+    good = evaluate_images((natural + 0.01 * torch.randn(natural.shape, generator=g)).clamp(0, 1), natural)
+    assert good["psnr_above_blank"] > 20
+    assert "constant image" in m["conventions"]["blank_baseline"]

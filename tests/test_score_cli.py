@@ -34,12 +34,18 @@ def test_score_good_reconstruction(cli, tmp_path):
     best = report["metrics"]["paper_best_match"]  # FedLeak's protocol, reported beside the one-to-one score
     assert out["paper_best_match"] == best
     assert best["distinct_reconstructions"] == 4 and best["psnr"]["mean"] >= out["summary"]["psnr"]["mean"] - 1e-9
-    assert "For comparison with FedLeak" in (tmp_path / "r" / "report.html").read_text()
+    html = (tmp_path / "r" / "report.html").read_text()
+    assert "For comparison with FedLeak" in html
+    assert out["blank_baseline"] == report["metrics"]["blank_baseline"] and out["psnr_above_blank"] > 20
+    assert "Blank-image floor" in html and "reconstructions are above it" in html
 
 
 def test_score_noise_is_low_risk(cli, tmp_path):
     res = cli("score", _recon(tmp_path, 1.0), "-t", sample("lenet_b4")[2], "-o", tmp_path / "r", "--fail-on", "high")
-    assert json.loads(res.stdout)["risk_band"] in ("low", "medium")
+    out = json.loads(res.stdout)
+    assert out["risk_band"] in ("low", "medium")
+    assert out["psnr_above_blank"] < 0  # uniform noise scores below a blank gray image
+    assert "reconstructions are not above it" in (tmp_path / "r" / "report.html").read_text()
 
 
 def test_score_input_errors(cli, tmp_path):

@@ -7,6 +7,8 @@ from typing import Any
 import torch
 
 from fedaudit.metrics import ssim as ssim_mod
+from fedaudit.metrics.blank import METHOD as BLANK_METHOD
+from fedaudit.metrics.blank import blank_baseline
 from fedaudit.metrics.lpips import load_lpips, lpips_distance
 from fedaudit.metrics.matching import BEST_MATCH_METHOD, best_match, match
 from fedaudit.metrics.matching import METHOD as MATCHING_METHOD
@@ -40,6 +42,7 @@ def evaluate_images(recon: torch.Tensor, truth: torch.Tensor, lpips_net: str = "
     p, s = psnr(a, b), ssim_mod.ssim(a, b)
     lp_model = load_lpips(lpips_net, lpips_weights)
     lp = lpips_distance(lp_model, a, b)
+    blank = blank_baseline(truth)
     rows = [
         {"truth_index": int(t), "recon_index": int(r), "psnr": float(p[i]), "ssim": float(s[i]),
          "lpips": None if lp is None else float(lp[i]), "risk_band": risk_band(float(p[i]))}
@@ -51,6 +54,9 @@ def evaluate_images(recon: torch.Tensor, truth: torch.Tensor, lpips_net: str = "
         # FedLeak's protocol (repeats allowed), for comparison with the paper's tables only; the risk
         # band and --fail-on use the one-to-one numbers above.
         "paper_best_match": _best_match_summary(recon, truth),
+        # What a constant image scores here: a mean PSNR at or below it shows nothing the metric can see.
+        "blank_baseline": blank,
+        "psnr_above_blank": float(p.double().mean()) - blank["floor"]["psnr"],
         "risk_band": risk_band(float(p.double().mean())),
         "worst_image_risk_band": risk_band(float(p.max())),
         "conventions": {
@@ -59,6 +65,7 @@ def evaluate_images(recon: torch.Tensor, truth: torch.Tensor, lpips_net: str = "
             "lpips": lp_model.info(),
             "matching": MATCHING_METHOD,
             "paper_best_match": BEST_MATCH_METHOD,
+            "blank_baseline": BLANK_METHOD,
             "risk_bands": RISK_SOURCE,
         },
     }

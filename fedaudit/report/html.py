@@ -50,6 +50,13 @@ def render_html(report: dict[str, Any], grid_png: bytes | None, image_pngs: list
             else:
                 parts.append(f"<tr><td class='l'>{e(name)}</td>" + "".join(f"<td>{_num(st[k])}</td>" for k in ("mean", "std", "min", "max")) + "</tr>")
         parts.append("</table>")
+        blank = metrics.get("blank_baseline")
+        if blank:
+            above = metrics["summary"]["psnr"]["mean"] - blank["floor"]["psnr"]
+            verdict = "above" if above > 0 else "not above"
+            parts.append(f"<p>Blank-image floor: an all-{e(blank['floor']['image'])} image scores PSNR "
+                         f"{_num(blank['floor']['psnr'])}, SSIM {_num(blank['floor']['ssim'])} against these images; "
+                         f"the reconstructions are {verdict} it ({above:+.2f} dB).</p>")
         best = metrics.get("paper_best_match")
         if best and best.get("psnr"):
             parts.append(f"<p>For comparison with FedLeak's tables ({e(metrics['conventions'].get('paper_best_match', ''))}): "

@@ -110,7 +110,8 @@ def _command(name: str, attack):
             info_line(f"features: relative error mean {fm['relative_error']['mean']:.3g}, max {fm['relative_error']['max']:.3g}", kw["quiet"])
         if "risk_band" in report.get("metrics", {}):
             m = report["metrics"]
-            summary.update(risk_band=m["risk_band"], summary=m["summary"], paper_best_match=m.get("paper_best_match"))
+            summary.update(risk_band=m["risk_band"], summary=m["summary"], paper_best_match=m.get("paper_best_match"),
+                           blank_baseline=m.get("blank_baseline"), psnr_above_blank=m.get("psnr_above_blank"))
             info_line(f"PSNR {m['summary']['psnr']['mean']:.2f} dB, SSIM {m['summary']['ssim']['mean']:.3f}, "
                       f"risk {m['risk_band']} -> {kw['out']}/report.html", kw["quiet"])
         else:

@@ -50,5 +50,6 @@ def register(app) -> None:
         info_line(f"PSNR {m['summary']['psnr']['mean']:.2f} dB, SSIM {m['summary']['ssim']['mean']:.3f}, "
                   f"risk {m['risk_band']} -> {out}/report.html", quiet)
         emit_json({"out": str(out), "risk_band": m["risk_band"], "summary": m["summary"],
-                   "worst_image_risk_band": m["worst_image_risk_band"], "paper_best_match": m.get("paper_best_match")})
+                   "worst_image_risk_band": m["worst_image_risk_band"], "paper_best_match": m.get("paper_best_match"),
+                   "blank_baseline": m.get("blank_baseline"), "psnr_above_blank": m.get("psnr_above_blank")})
         fail_exit(m["risk_band"], fail_on.value, quiet)
