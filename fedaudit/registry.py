@@ -6,7 +6,7 @@ Adding a method means registering it in its package; the CLI only looks names up
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Generic, TypeVar
 
 from fedaudit.errors import InputError
@@ -21,14 +21,13 @@ class Registry(Generic[T]):
         self.kind = kind
         self._entries: dict[str, T] = {}
 
-    def register(self, name: str) -> Callable[[T], T]:
-        """Decorator: ``@REGISTRY.register("name")``."""
-
-        def deco(entry: T) -> T:
-            self.add(name, entry)
-            return entry
-
-        return deco
+    def register(self, entry: T) -> T:
+        """Class decorator: ``@REGISTRY.register`` files the class under its ``name`` (written once, on the class)."""
+        name = getattr(entry, "name", "")
+        if not name:
+            raise ValueError(f"{entry!r} has no name to register under")
+        self.add(name, entry)
+        return entry
 
     def add(self, name: str, entry: T) -> None:
         if name in self._entries:

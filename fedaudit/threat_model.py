@@ -5,6 +5,7 @@ Label methods and attacks receive only this object; ground truth never enters it
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import torch
 from torch import nn
 
 from fedaudit.conversion import local_minus_global, to_average_gradient
-from fedaudit.errors import InputError
+from fedaudit.errors import InputError, NotApplicable
 from fedaudit.io.checkpoint import Checkpoint, load_checkpoint
 from fedaudit.io.update import RecordedUpdate, UpdateMeta, load_update
 from fedaudit.models import ModelSpec, final_linear
@@ -28,6 +29,55 @@ class ThreatModel:
     client_buffers: dict[str, torch.Tensor] = field(default_factory=dict)  # BN buffers after local training
     nonfinite: list[str] = field(default_factory=list)  # update tensors holding NaN/Inf (only when allowed)
     warnings: list[str] = field(default_factory=list)
+    batch_size_source: str | None = None  # "metadata", "override" (--batch-size) or None (unknown)
+
+    @classmethod
+    def from_tensors(cls, checkpoint: Checkpoint, tensors: dict[str, torch.Tensor], meta: UpdateMeta, *,
+                     update_path: str | Path = "<memory>", update_sha256: str = "",
+                     raw_metadata: dict[str, str] | None = None, batch_size: int | None = None,
+                     allow_nonfinite: bool = False) -> ThreatModel:
+        """The server's view of ``tensors`` (an upload described by ``meta``) against ``checkpoint``; every
+        inconsistency is an InputError. ``batch_size`` overrides the recorded batch size (``--batch-size``), here
+        and nowhere else, so label methods, conversion and attacks all see the same number."""
+        src = f"update {str(update_path)!r}"
+        if batch_size is not None:
+            if batch_size < 1:
+                raise InputError(f"--batch-size must be >= 1, got {batch_size}")
+            meta = dataclasses.replace(meta, batch_size=batch_size)
+        params = dict(checkpoint.model.named_parameters())
+        buffers = dict(checkpoint.model.named_buffers())
+        for k, v in tensors.items():
+            ref = params.get(k, buffers.get(k))
+            if ref is None:
+                raise InputError(f"{src}: tensor {k!r} is not a parameter or buffer of {checkpoint.spec.arch}")
+            if tuple(v.shape) != tuple(ref.shape):
+                raise InputError(f"{src}: tensor {k!r} has shape {list(v.shape)}, the model expects {list(ref.shape)}")
+        nonfinite = [k for k, v in tensors.items() if v.is_floating_point() and not torch.isfinite(v).all()]
+        if nonfinite and not allow_nonfinite:
+            raise InputError(f"{src}: tensor {nonfinite[0]!r} contains NaN or Inf"
+                             + (f" (+{len(nonfinite) - 1} more)" if len(nonfinite) > 1 else ""))
+        present = [k for k in params if k in tensors]
+        if not present:
+            raise InputError(f"{src} shares no parameter of {checkpoint.spec.arch}")
+        absent = [k for k in params if k not in tensors]
+        global_params = {k: p.detach() for k, p in params.items()}
+        gradient = to_average_gradient(meta, {k: tensors[k] for k in present}, global_params)
+        client_buffers = {}
+        for k in buffers:
+            if k in tensors:
+                raw = tensors[k]
+                if meta.kind == "delta":  # the buffer's change, applied to the global buffer
+                    raw = buffers[k] + local_minus_global(meta, raw.to(buffers[k].dtype), buffers[k])
+                client_buffers[k] = raw
+        update = RecordedUpdate(Path(update_path), update_sha256, dict(tensors), meta,
+                                raw_metadata if raw_metadata is not None else meta.to_metadata())
+        source = "override" if batch_size is not None else ("metadata" if meta.batch_size else None)
+        tm = cls(checkpoint, update, gradient, present, absent, client_buffers, nonfinite, batch_size_source=source)
+        if tm.has_batchnorm and meta.bn_mode is None:
+            tm.warnings.append("the model has BatchNorm but the update does not record fedaudit.bn_mode")
+        if meta.batch_size is None:
+            tm.warnings.append("the update does not record fedaudit.batch_size; count-based label methods need it")
+        return tm
 
     @property
     def spec(self) -> ModelSpec:
@@ -46,11 +96,34 @@ class ThreatModel:
         return self.meta.batch_size
 
     @property
+    def train_bn(self) -> bool:
+        """BatchNorm used batch statistics during local training (the recorded ``bn_mode`` is train)."""
+        return self.meta.bn_mode == "train"
+
+    @property
     def final_layer(self) -> str | None:
         return final_linear(self.model)
 
     def grad(self, name: str) -> torch.Tensor | None:
         return self.gradient.get(name)
+
+    @property
+    def output_layer(self) -> str:
+        """The output layer's name; methods that need one check for it first, a direct call is refused the same way."""
+        if self.final_layer is None:
+            raise NotApplicable("the model has no linear output layer")
+        return self.final_layer
+
+    def shared_grad(self, name: str) -> torch.Tensor:
+        """The averaged gradient of parameter ``name``; NotApplicable when the update withholds it."""
+        value = self.grad(name)
+        if value is None:
+            raise NotApplicable(f"needs the gradient of {name}, which the update does not share")
+        return value
+
+    def output_grad(self, part: str) -> torch.Tensor:
+        """The output layer's ``part`` ("weight" or "bias") gradient (see ``shared_grad``)."""
+        return self.shared_grad(f"{self.output_layer}.{part}")
 
     @property
     def final_weight_grad(self) -> torch.Tensor | None:
@@ -65,43 +138,16 @@ class ThreatModel:
         return any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in self.model.modules())
 
 
-def load_threat_model(checkpoint_path: str | Path, update_path: str | Path, *, allow_custom_arch: bool = False,
-                      allow_nonfinite: bool = False, check_base: bool = True) -> ThreatModel:
+def load_threat_model(checkpoint_path: str | Path, update_path: str | Path, *, batch_size: int | None = None,
+                      allow_custom_arch: bool = False, allow_nonfinite: bool = False,
+                      check_base: bool = True) -> ThreatModel:
     """Load and cross-check a checkpoint and a recorded update; every inconsistency is an InputError."""
     ckpt = load_checkpoint(checkpoint_path, allow_custom_arch=allow_custom_arch)
     upd = load_update(update_path)
-    src = f"update {str(update_path)!r}"
     if check_base and upd.meta.base_checkpoint_sha256 and upd.meta.base_checkpoint_sha256 != ckpt.sha256:
-        raise InputError(f"{src} was recorded against checkpoint sha256 {upd.meta.base_checkpoint_sha256[:12]}..., "
-                         f"not {ckpt.sha256[:12]}... (pass --ignore-base-mismatch to audit anyway)")
-    params = dict(ckpt.model.named_parameters())
-    buffers = dict(ckpt.model.named_buffers())
-    for k, v in upd.tensors.items():
-        ref = params.get(k, buffers.get(k))
-        if ref is None:
-            raise InputError(f"{src}: tensor {k!r} is not a parameter or buffer of {ckpt.spec.arch}")
-        if tuple(v.shape) != tuple(ref.shape):
-            raise InputError(f"{src}: tensor {k!r} has shape {list(v.shape)}, the model expects {list(ref.shape)}")
-    nonfinite = [k for k, v in upd.tensors.items() if v.is_floating_point() and not torch.isfinite(v).all()]
-    if nonfinite and not allow_nonfinite:
-        raise InputError(f"{src}: tensor {nonfinite[0]!r} contains NaN or Inf"
-                         + (f" (+{len(nonfinite) - 1} more)" if len(nonfinite) > 1 else ""))
-    present = [k for k in params if k in upd.tensors]
-    if not present:
-        raise InputError(f"{src} shares no parameter of {ckpt.spec.arch}")
-    absent = [k for k in params if k not in upd.tensors]
-    global_params = {k: p.detach() for k, p in params.items()}
-    gradient = to_average_gradient(upd.meta, {k: upd.tensors[k] for k in present}, global_params)
-    client_buffers = {}
-    for k in buffers:
-        if k in upd.tensors:
-            raw = upd.tensors[k]
-            if upd.meta.kind == "delta":  # the buffer's change, applied to the global buffer
-                raw = buffers[k] + local_minus_global(upd.meta, raw.to(buffers[k].dtype), buffers[k])
-            client_buffers[k] = raw
-    tm = ThreatModel(ckpt, upd, gradient, present, absent, client_buffers, nonfinite)
-    if tm.has_batchnorm and upd.meta.bn_mode is None:
-        tm.warnings.append("the model has BatchNorm but the update does not record fedaudit.bn_mode")
-    if upd.meta.batch_size is None:
-        tm.warnings.append("the update does not record fedaudit.batch_size; count-based label methods need it")
-    return tm
+        raise InputError(f"update {str(update_path)!r} was recorded against checkpoint sha256 "
+                         f"{upd.meta.base_checkpoint_sha256[:12]}..., not {ckpt.sha256[:12]}... "
+                         "(pass --ignore-base-mismatch to audit anyway)")
+    return ThreatModel.from_tensors(ckpt, upd.tensors, upd.meta, update_path=upd.path, update_sha256=upd.sha256,
+                                    raw_metadata=upd.raw_metadata, batch_size=batch_size,
+                                    allow_nonfinite=allow_nonfinite)

@@ -11,11 +11,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
+# The same float sums on every x86 machine: the samples were recorded with AVX2 kernels (on AVX-512, oneDNN's
+# convolutions round differently; set before torch loads).
+os.environ.setdefault("ATEN_CPU_CAPABILITY", "avx2")
+os.environ.setdefault("ONEDNN_MAX_CPU_ISA", "AVX2")
+
+import torch  # noqa: E402
 
 from fedaudit.client.capture import CaptureConfig, capture_update
 from fedaudit.data.offline import CIFAR10_MEAN, CIFAR10_STD, MNIST_MEAN, MNIST_STD, cifar10_samples, mnist_digits

@@ -14,7 +14,7 @@ from fedaudit.io.truth import load_truth
 from fedaudit.models.normalize import normalize
 from fedaudit.threat_model import load_threat_model
 
-from .conftest import assert_one_error_line
+from .helpers import assert_one_error_line
 
 
 @pytest.fixture

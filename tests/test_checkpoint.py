@@ -10,7 +10,7 @@ from fedaudit.io.checkpoint import load_checkpoint, save_checkpoint, spec_metada
 from fedaudit.io.files import write_safetensors
 from fedaudit.models import ModelSpec, build_model
 
-from .conftest import CIFAR_SPEC
+from .helpers import CIFAR_SPEC
 
 
 def _write(path, state, meta):

@@ -14,7 +14,7 @@ from fedaudit.io.files import write_safetensors
 from fedaudit.io.update import load_update
 from fedaudit.threat_model import load_threat_model
 
-from .conftest import assert_one_error_line, sample
+from .helpers import assert_one_error_line, sample
 
 CKPT, UPD, TRUTH = sample("lenet_b4")
 
@@ -129,6 +129,7 @@ def test_refiner_end_to_end_within_eps_and_chained(cli, tmp_path, critic):
     assert_one_error_line(res.stderr, "--critic")
 
 
+@pytest.mark.slow
 def test_audit_writes_the_matrix(cli, tmp_path):
     out = tmp_path / "audit"
     res = cli("audit", CKPT, UPD, "--truth", TRUTH, "-o", out, "--attacks", "ig,rgla",

@@ -7,7 +7,7 @@ import torch
 
 from fedaudit.io.files import read_safetensors, write_safetensors
 
-from .conftest import assert_one_error_line, run_module, sample
+from .helpers import assert_one_error_line, run_module, sample
 
 
 def _rewrite(src, dst, mutate=None, meta_update=None):
@@ -41,8 +41,10 @@ CASES = {
     "wrong shape": (lambda t: (sample("lenet_b1")[0], _copy_update(t, lambda d: d.__setitem__("fc.bias", torch.zeros(5)))), "has shape [5]"),
     "missing tensor in checkpoint": (lambda t: (_copy_checkpoint(t, lambda d: d.pop("fc.weight")), sample("lenet_b1")[1]), "missing tensor 'fc.weight'"),
     "NaN in update": (lambda t: (sample("lenet_b1")[0], _copy_update(t, lambda d: d["body.0.weight"].view(-1).__setitem__(0, float("nan")))), "NaN or Inf"),
-    "unknown arch": (lambda t: (_copy_checkpoint(t, meta_update={"fedaudit.arch": "transformer9000"}), sample("lenet_b1")[1]), "unknown model 'transformer9000'"),
-    "bad metadata": (lambda t: (sample("lenet_b1")[0], _copy_update(t, meta_update={"fedaudit.batch_size": "many"})), "fedaudit.batch_size is 'many', not an integer"),
+    "unknown arch": (lambda t: (_copy_checkpoint(t, meta_update={"fedaudit.arch": "transformer9000"}), sample("lenet_b1")[1]),
+                     "unknown model 'transformer9000'"),
+    "bad metadata": (lambda t: (sample("lenet_b1")[0], _copy_update(t, meta_update={"fedaudit.batch_size": "many"})),
+                     "fedaudit.batch_size is 'many', not an integer"),
     "swapped arguments": (lambda t: (sample("lenet_b1")[1], sample("lenet_b1")[0]), "arguments swapped"),
     "update of another model": (lambda t: (sample("lenet_b4")[0], sample("resnet10_b4")[1]), "was recorded against checkpoint sha256"),
 }
@@ -65,6 +67,7 @@ def test_unwritable_outputs(cli, tmp_path):
     assert_one_error_line(res.stderr, "cannot write")
 
 
+@pytest.mark.slow
 def test_usage_errors_in_a_real_shell(tmp_path):
     for args, fragment in ((["frobnicate"], "No such command 'frobnicate'"),
                            (["capture", "a", "b", "-o", "x", "-b", "two"], "Invalid value for '--batch-size'")):

@@ -11,24 +11,16 @@ import sys
 import pytest
 import torch
 
-from fedaudit.attacks import ATTACKS
-from fedaudit.attacks.engine import GradientEngine
 from fedaudit.attacks.fedleak import MaskedL1Cosine, _sample_step, top_mask
-from fedaudit.attacks.loop import LoopConfig, optimize
 from fedaudit.errors import InputError
-from fedaudit.io.truth import load_truth
 from fedaudit.models import ModelSpec, build_model
-from fedaudit.threat_model import load_threat_model
 
-from .conftest import ROOT, sample
+from .helpers import ROOT, attack_job
 
 
-def _fedleak(name="lenet_b4", **overrides):
-    tm = load_threat_model(*sample(name)[:2])
-    cls = ATTACKS.get("fedleak")
-    options = {o.name: o.default for o in cls.options} | overrides
-    labels = load_truth(sample(name)[2]).labels  # the true labels: these tests are about the objective
-    return cls(tm, GradientEngine(tm), labels, options, len(labels))
+def _fedleak(name="lenet_b4", **options):
+    """FedLeak with the true labels: these tests are about the objective."""
+    return attack_job(name, "fedleak", options)[1]
 
 
 def test_top_mask_exact_keeps_the_top_ratio_of_each_tensor():
@@ -47,7 +39,7 @@ def test_top_mask_sampled_threshold_is_close_and_deterministic():
     g = [torch.randn(64, 32, 3, 3, generator=torch.Generator().manual_seed(1)) * torch.linspace(0.1, 3, 64).view(-1, 1, 1, 1),
          torch.randn(300_000, generator=torch.Generator().manual_seed(2))]
     mask = top_mask(g, 0.5, "per-tensor", sample=4096)
-    for part, t in zip(mask.split([t.numel() for t in g]), g):
+    for part in mask.split([t.numel() for t in g]):
         frac = float(part.mean())
         assert abs(frac - 0.5) < 2.5 * (0.25 / 4096) ** 0.5 + 1e-3, frac  # 2.5 sigma of a 4,096-sample quantile
     assert torch.equal(mask, top_mask(g, 0.5, "per-tensor", sample=4096))
@@ -90,14 +82,15 @@ def test_per_tensor_reduction_and_signed_step():
 
 
 def test_loop_monitor_sees_iterations_and_can_stop():
-    a = _fedleak(blend=0.0)
     seen = []
 
     def monitor(attack, state, restart, it):
         seen.append((restart, it, tuple(attack.images(state).shape)))
         return it >= 6
 
-    r = optimize(a, LoopConfig(iterations=20, lr=0.03, schedule="none", quiet=True, monitor=monitor, monitor_every=3))
+    job, a, labels = attack_job("lenet_b4", "fedleak", {"blend": 0.0}, {"iterations": 20, "lr": 0.03, "schedule": "none"},
+                                monitor=monitor, monitor_every=3)
+    r = job.optimize(a, labels)
     assert [s[1] for s in seen] == [3, 6] and r.iterations_run == 6
     assert seen[0][2] == tuple(r.images.shape)
 
@@ -113,9 +106,10 @@ def test_sigmoid_resnet_option():
         build_model(ModelSpec("resnet10", 10, (3, 32, 32), (0.5,) * 3, (0.5,) * 3, {"activation": "tanh"}))
 
 
+@pytest.mark.slow
 def test_fedleak_scale_benchmark_runs_tiny(tmp_path):
     out = tmp_path / "run.json"
-    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "fedleak_scale.py"), "--width", "4", "--batch", "2",
+    res = subprocess.run([sys.executable, "-m", "benchmarks.fedleak_scale", "--width", "4", "--batch", "2",
                           "--iterations", "4", "--every", "2", "--device", "cpu", "--lr", "0.03", "--opt", "blend=0.3",
                           "--json", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
@@ -123,7 +117,7 @@ def test_fedleak_scale_benchmark_runs_tiny(tmp_path):
     assert [p["iteration"] for p in run["points"]] == [2, 4] and run["options"]["blend"] == 0.3
     assert 0 < run["final_psnr"] < 60 and run["ms_per_iter"] > 0
     assert run["final_psnr_best_match"] >= run["final_psnr"] - 1e-6  # many-to-one can only score higher
-    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "fedleak_scale.py"), "--summarize", str(out),
+    res = subprocess.run([sys.executable, "-m", "benchmarks.fedleak_scale", "--summarize", str(out),
                           "--results", str(tmp_path / "table"), "--caption", "tiny"], cwd=ROOT, capture_output=True,
                          text=True, timeout=300)
     assert res.returncode == 0, res.stderr
@@ -132,15 +126,13 @@ def test_fedleak_scale_benchmark_runs_tiny(tmp_path):
     assert json.loads((tmp_path / "table.json").read_text())[0]["final_psnr"] == run["final_psnr"]
 
 
+@pytest.mark.slow
 def test_fedleak_scale_mnist_trained_run_and_blank_floor(tmp_path):
     """--data mnist attacks digits held out from the --state trained split; the table names the data and
     training and reports the blank-image PSNR floor (an all-black image scores about 11 dB on digits)."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        from fedleak_scale import images, reference_psnr
-        from reconstruct import TRAIN_DIGITS, mnist_split
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    from benchmarks.common import TRAIN_DIGITS, mnist_split
+    from benchmarks.fedleak_scale import images, reference_psnr
+
     x, y, perm = mnist_split()
     held, _ = images(None, "mnist")
     train = x[perm[:TRAIN_DIGITS]].flatten(1)
@@ -149,14 +141,14 @@ def test_fedleak_scale_mnist_trained_run_and_blank_floor(tmp_path):
     ref = reference_psnr("mnist", 16)
     assert 9 < ref["black"]["psnr"] < 14 and ref["gray"]["psnr"] < ref["black"]["psnr"] and ref["floor"]["image"] == "black"
     out = tmp_path / "run.json"
-    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "fedleak_scale.py"), "--width", "4", "--batch", "2",
+    res = subprocess.run([sys.executable, "-m", "benchmarks.fedleak_scale", "--width", "4", "--batch", "2",
                           "--data", "mnist", "--state", "trained", "--train-epochs", "1", "--attack", "ig",
                           "--iterations", "2", "--every", "2", "--device", "cpu", "--json", str(out)],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
     run = json.loads(out.read_text())
     assert run["data"] == "mnist" and run["train_epochs"] == 1 and run["state"] == "trained"
-    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "fedleak_scale.py"), "--summarize", str(out),
+    res = subprocess.run([sys.executable, "-m", "benchmarks.fedleak_scale", "--summarize", str(out),
                           "--results", str(tmp_path / "table"), "--caption", "tiny"], cwd=ROOT, capture_output=True,
                          text=True, timeout=300)
     assert res.returncode == 0, res.stderr

@@ -10,24 +10,17 @@ import pytest
 import torch
 from scipy import ndimage
 
-from fedaudit.attacks import ATTACKS
-from fedaudit.attacks.engine import GradientEngine
 from fedaudit.attacks.image_generator import ImageGenerator, median_filter, start_size
-from fedaudit.attacks.loop import LoopConfig, optimize
 from fedaudit.errors import InputError
-from fedaudit.io.truth import load_truth
-from fedaudit.threat_model import load_threat_model
+from fedaudit.jobs import Session
 
-from .conftest import sample
+from .helpers import attack_job, sample
 from .test_reconstruct import _psnr_of_noise
 
 
-def _dip(name="lenet_b1", **overrides):
-    tm = load_threat_model(*sample(name)[:2])
-    cls = ATTACKS.get("fedleak-dip")
-    options = {o.name: o.default for o in cls.options} | {"width": 16} | overrides
-    truth = load_truth(sample(name)[2])
-    return cls(tm, GradientEngine(tm), truth.labels, options, len(truth.labels)), truth
+def _dip(name="lenet_b1", loop=None, seed=0, policy=None, **overrides):
+    """fedleak-dip (generator width 16 unless overridden) with the true labels: (job, attack, labels)."""
+    return attack_job(name, "fedleak-dip", {"width": 16} | overrides, loop, Session(seed=seed), **(policy or {}))
 
 
 @pytest.mark.parametrize("size,expected", [((32, 32), (4, 4, 3)), ((28, 28), (7, 7, 2)), ((224, 224), (7, 7, 5)),
@@ -57,7 +50,7 @@ def test_median_filter_matches_scipy():
 
 
 def test_step_is_the_blended_look_ahead_over_generator_weights():
-    attack, _ = _dip(signed=False, blend=0.3)
+    _, attack, _ = _dip(signed=False, blend=0.3)
     state = attack.init_state(torch.Generator().manual_seed(0))
     attack.optimizer(state, 0.01)
     variables = attack.variables(state)
@@ -75,12 +68,11 @@ def test_step_is_the_blended_look_ahead_over_generator_weights():
 
 
 def test_resume_continues_exactly(tmp_path):
-    attack, _ = _dip()
-    full = optimize(attack, LoopConfig(iterations=12, lr=0.01, schedule="cosine", quiet=True, seed=2,
-                                       checkpoint_every=8, checkpoint_path=tmp_path / "c.safetensors"))
-    attack, _ = _dip()
-    resumed = optimize(attack, LoopConfig(iterations=12, lr=0.01, schedule="cosine", quiet=True, seed=2,
-                                          resume=tmp_path / "c.safetensors"))
+    loop = {"iterations": 12, "lr": 0.01, "schedule": "cosine"}
+    job, attack, labels = _dip(loop=loop, seed=2, policy={"checkpoint_every": 8, "checkpoint_path": tmp_path / "c.safetensors"})
+    full = job.optimize(attack, labels)
+    job, attack, labels = _dip(loop=loop, seed=2, policy={"resume": tmp_path / "c.safetensors"})
+    resumed = job.optimize(attack, labels)
     assert resumed.resumed_from == {"restart": 0, "iteration": 8} and resumed.iterations_run == 4
     assert torch.allclose(resumed.images, full.images, atol=1e-6)
 
@@ -92,6 +84,7 @@ def test_bad_generator_options_are_input_errors():
         _dip(median=-1)
 
 
+@pytest.mark.slow
 def test_fedleak_dip_recovers_the_lenet_cat(cli, tmp_path):
     ckpt, upd, truth = sample("lenet_b1")
     out = tmp_path / "out"

@@ -9,13 +9,13 @@ import torch
 
 from fedaudit.attacks.hfgi import matched_count, quantized_sign
 
-from .conftest import sample
+from .helpers import sample
 
 DEFAULTS = (0.1, 1 / 11, 0.782, 1 / 30)
 
 
 def test_schedule_reproduces_the_resnet34_code():
-    """shared/specs/hfgi.md 3.2: 110 tensors, s = 100 -> 25 in steps of 10 every 500 of 15,000 iterations."""
+    """docs/methods/attacks.md (HFGI): ResNet-34 has 110 tensors, s = 100 -> 25 in steps of 10 every 500 of 15,000 iterations."""
     def start_index(it):  # the code's 1-based s: tensors s..110 are matched
         return 110 - matched_count(110, it, 15000, *DEFAULTS, floor=2) + 1
     expected = {0: 100, 498: 100, 499: 90, 998: 90, 999: 80, 1499: 70, 1999: 60, 2499: 50, 2999: 40,

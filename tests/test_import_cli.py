@@ -10,7 +10,7 @@ from fedaudit.io.checkpoint import load_checkpoint
 from fedaudit.io.files import write_safetensors
 from fedaudit.threat_model import load_threat_model
 
-from .conftest import CIFAR_SPEC, assert_one_error_line
+from .helpers import CIFAR_SPEC, assert_one_error_line
 
 
 def test_flower_weights_npz_matches_a_native_capture(cli, tmp_path, lenet_ckpt, cifar):

@@ -9,7 +9,7 @@ import torch
 
 from fedaudit.io.files import read_safetensors, write_safetensors
 
-from .conftest import SAMPLE_NAMES, assert_one_error_line, run_module, sample
+from .helpers import SAMPLE_NAMES, assert_one_error_line, run_module, sample
 
 
 @pytest.mark.parametrize("name", SAMPLE_NAMES)
@@ -44,6 +44,7 @@ def test_inspect_nan_prints_json_then_exits_2(cli, tmp_path):
     assert_one_error_line(res.stderr, "NaN or Inf", "fc.bias")
 
 
+@pytest.mark.slow
 def test_subprocess_streams_and_output_file(tmp_path):
     ckpt, upd, _ = sample("lenet_b4")
     proc = run_module("inspect", ckpt, upd)
@@ -56,6 +57,7 @@ def test_subprocess_streams_and_output_file(tmp_path):
     assert torch.__version__  # same interpreter as the subprocess
 
 
+@pytest.mark.slow
 def test_console_script_is_installed():
     import shutil
     import subprocess

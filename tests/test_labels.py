@@ -11,24 +11,27 @@ import torch
 from fedaudit.client.capture import CaptureConfig, capture_update
 from fedaudit.data.offline import MNIST_MEAN, MNIST_STD, mnist_digits
 from fedaudit.io.checkpoint import save_checkpoint
-from fedaudit.io.truth import Truth, save_truth
+from fedaudit.io.truth import Truth, load_truth, save_truth
 from fedaudit.io.update import save_update
+from fedaudit.jobs import Aux, LabelJob, Session
 from fedaudit.labels import LABEL_METHODS
-from fedaudit.labels.base import LabelContext, integer_counts
-from fedaudit.labels.features import dummy_aux
+from fedaudit.labels.base import integer_counts
 from fedaudit.labels.gdbr import trace_chain
 from fedaudit.labels.hfgi import evolve, mutate, rescale
-from fedaudit.labels.run import run_labels
 from fedaudit.models import ModelSpec, build_model
 from fedaudit.threat_model import load_threat_model
 
-from .conftest import SAMPLE_NAMES, assert_one_error_line, sample
+from .helpers import SAMPLE_NAMES, assert_one_error_line, sample
 
 
-def _ctx(method: str, tm, aux=None, **options):
-    m = LABEL_METHODS.get(method)
-    return LabelContext(aux=aux if aux is not None else dummy_aux(tm, 500, 0),
-                        options={**{o.name: o.default for o in m.options}, **options})
+def _job(method: str, tm, aux=None, **options) -> LabelJob:
+    """``method`` with these options on ``tm``, with ``aux`` (default: 500 Gaussian dummies)."""
+    return LabelJob(Session(aux=aux if aux is not None else Aux.dummies(tm.spec, 500, 0)), tm, method, options)
+
+
+def _plain(method: str, tm, aux=None):
+    """``method`` at its defaults, the session holding only ``aux`` (None: no aux data)."""
+    return LabelJob(Session(aux=aux), tm, method).result()
 
 
 def _make(tmp_path, arch, labels, kwargs=None, seed=0, withhold=(), bn_mode="eval"):
@@ -56,14 +59,14 @@ def _counts(labels):
 @pytest.mark.parametrize("name", ["lenet_b1"])
 def test_idlg_is_exact_for_one_sample(name):
     tm = load_threat_model(*sample(name)[:2])
-    assert LABEL_METHODS.get("idlg")().run(tm, LabelContext()).labels == [3]
+    assert _plain("idlg", tm).labels == [3]
 
 
 @pytest.mark.parametrize("arch,kwargs", [("lenet", {"init": "torch"}), ("resnet10", {"width": 8}), ("convnet", {"width": 4})])
 def test_idlg_single_sample_any_label(tmp_path, arch, kwargs):
     for label in (0, 7):
         tm, y, _ = _make(tmp_path, arch, [label], kwargs, seed=label)
-        assert LABEL_METHODS.get("idlg")().run(tm, LabelContext()).labels == [label]
+        assert _plain("idlg", tm).labels == [label]
 
 
 @pytest.mark.parametrize("method", ["ilrg", "bias-count", "zlg"])
@@ -71,7 +74,7 @@ def test_count_methods_exact_at_random_init_with_duplicates(tmp_path, method):
     """Untrained ReLU network: every sample gets nearly the same softmax, which these methods assume."""
     labels = [1, 1, 1, 4, 4, 7, 9, 9, 9, 9, 2, 2, 0, 0, 0, 5]
     tm, y, _ = _make(tmp_path, "convnet", labels, {"width": 4})
-    result = LABEL_METHODS.get(method)().run(tm, _ctx(method, tm))
+    result = _job(method, tm).result()
     assert result.counts_int.tolist() == _counts(labels)
 
 
@@ -79,21 +82,21 @@ def test_count_methods_exact_at_random_init_with_duplicates(tmp_path, method):
 def test_count_methods_exact_when_batch_exceeds_classes(tmp_path, method):
     labels = [3] * 20 + [5] * 8 + list(range(10)) + [0, 0]
     tm, y, _ = _make(tmp_path, "resnet10", labels, {"width": 4}, bn_mode="eval")
-    result = LABEL_METHODS.get(method)().run(tm, _ctx(method, tm))
+    result = _job(method, tm).result()
     assert result.counts_int.tolist() == _counts(labels) and result.counts_int.sum() == 40
 
 
 def test_single_class_batch(tmp_path):
     tm, y, _ = _make(tmp_path, "convnet", [6] * 12, {"width": 4})
     for method in ("ilrg", "bias-count", "zlg", "llg", "hfgi"):
-        result = LABEL_METHODS.get(method)().run(tm, _ctx(method, tm))
+        result = _job(method, tm).result()
         assert result.counts_int.tolist() == _counts([6] * 12), method
 
 
 def test_yin_and_fedleak_exact_for_distinct_labels_on_random_init():
     tm = load_threat_model(*sample("resnet10_b4")[:2])
     for method in ("yin", "fedleak", "idlg"):
-        assert LABEL_METHODS.get(method)().run(tm, _ctx(method, tm)).labels == [0, 1, 5, 9]
+        assert _job(method, tm).result().labels == [0, 1, 5, 9]
 
 
 # --- behaviour of individual methods ------------------------------------------------------------------
@@ -102,7 +105,7 @@ def test_fedleak_count_branch_when_batch_exceeds_classes(tmp_path):
     labels = [2] * 6 + [8] * 6 + [1, 3, 5, 7]
     tm, _, _ = _make(tmp_path, "convnet", labels, {"width": 4})
     for fill in ("lowest", "remainder"):
-        r = LABEL_METHODS.get("fedleak")().run(tm, _ctx("fedleak", tm, fill=fill))
+        r = _job("fedleak", tm, fill=fill).result()
         assert r.diagnostics["branch"] == "count" and int(r.counts_int.sum()) == 16 and (r.counts_int >= 0).all()
         # the rule's shares are near-uniform (the max-shift dominates), but the heavy classes rank highest
         assert set(torch.argsort(r.counts, descending=True)[:2].tolist()) == {2, 8}
@@ -111,7 +114,7 @@ def test_fedleak_count_branch_when_batch_exceeds_classes(tmp_path):
 def test_llg_handles_duplicates(tmp_path):
     labels = [4, 4, 4, 4, 1, 1, 9, 0]
     tm, _, _ = _make(tmp_path, "convnet", labels, {"width": 4})
-    r = LABEL_METHODS.get("llg")().run(tm, _ctx("llg", tm))
+    r = _job("llg", tm).result()
     assert len(r.labels) == 8 and r.counts_int[4] >= 3
 
 
@@ -119,11 +122,9 @@ def test_llg_plus_with_labelled_aux_and_llg_star_with_dummies(tmp_path):
     labels = [4, 4, 4, 1, 1, 9, 0, 0]
     tm, _, _ = _make(tmp_path, "convnet", labels, {"width": 4})
     x, y = mnist_digits(pad_to=32)
-    from fedaudit.labels.base import Aux
-
     aux = Aux(x[::10], y[::10], "images")
-    for ctx in (_ctx("llg-plus", tm, aux=aux, repeats=3), _ctx("llg-plus", tm, repeats=3, impact="per-class")):
-        r = LABEL_METHODS.get("llg-plus")().run(tm, ctx)
+    for job in (_job("llg-plus", tm, aux=aux, repeats=3), _job("llg-plus", tm, repeats=3, impact="per-class")):
+        r = job.result()
         assert int(r.counts_int.sum()) == 8
         assert sum(min(a, b) for a, b in zip(r.counts_int.tolist(), _counts(labels))) >= 6
 
@@ -141,8 +142,8 @@ def test_hfgi_guards_and_determinism(tmp_path):
     v, _ = evolve(3, 12, np.ones(20), np.ones((3, 20)), np.random.default_rng(1))
     assert v.sum() == 12
     tm, _, _ = _make(tmp_path, "convnet", [6] * 7 + [2], {"width": 4})
-    a = LABEL_METHODS.get("hfgi")().run(tm, _ctx("hfgi", tm))
-    b = LABEL_METHODS.get("hfgi")().run(tm, _ctx("hfgi", tm))
+    a = _job("hfgi", tm).result()
+    b = _job("hfgi", tm).result()
     assert a.labels == b.labels and int(a.counts_int.sum()) == 8 and set(a.labels) == {2, 6}
 
 
@@ -174,12 +175,10 @@ def test_gdbr_on_the_withheld_sample():
     tm = load_threat_model(ckpt, upd)
     assert tm.final_weight_grad is None
     x, y = mnist_digits()
-    from fedaudit.labels.base import Aux
-
-    out = run_labels("gdbr", tm, _ctx("gdbr", tm, aux=Aux(x[::5], y[::5], "images")), __import__("fedaudit.io.truth", fromlist=["x"]).load_truth(truth))
+    out = _job("gdbr", tm, aux=Aux(x[::5], y[::5], "images")).run(load_truth(truth))
     assert out["num_samples"] == 8 and out["diagnostics"]["chain"] == ["features.3", "fc"]
     assert out["metrics"]["InsAcc"] == 1.0  # GDBR's positive head init; benchmarks/labels.py has the distribution
-    bridged = run_labels("gdbr", tm, _ctx("gdbr", tm, layer="features.1"))
+    bridged = _job("gdbr", tm, layer="features.1").run()
     assert bridged["diagnostics"]["chain"] == ["features.1", "features.3", "fc"] and bridged["num_samples"] == 8
 
 
@@ -189,7 +188,7 @@ def test_gdbr_on_the_withheld_sample():
                                          ("mlp_mnist_withheld", "gdbr")])
 def test_auto_chooses_and_says_so(name, chosen):
     tm = load_threat_model(*sample(name)[:2])
-    r = LABEL_METHODS.get("auto")().run(tm, LabelContext())
+    r = _plain("auto", tm)
     assert r.diagnostics["chosen"] == chosen and int(r.counts_int.sum()) == tm.batch_size
     assert r.diagnostics["softmax_spread"] < 0.3
 
@@ -217,10 +216,8 @@ def test_auto_routes_a_trained_model_to_llg(tmp_path):
     save_checkpoint(tmp_path / "trained.safetensors", model, spec)
     save_update(tmp_path / "trained_u.safetensors", cap.tensors, cap.meta)
     trained = load_threat_model(tmp_path / "trained.safetensors", tmp_path / "trained_u.safetensors")
-    from fedaudit.labels.base import Aux
-
     aux = Aux(x[perm[-500:]], y[perm[-500:]], "images")  # public images: the reliable way to see input dependence
-    r = LABEL_METHODS.get("auto")().run(trained, LabelContext(aux=aux))
+    r = _plain("auto", trained, aux)
     assert r.diagnostics["softmax_spread"] >= 0.3 and r.diagnostics["chosen"] == "llg"
     assert r.diagnostics["regime"] == "trained-like outputs" and int(r.counts_int.sum()) == 4
 

@@ -1,8 +1,10 @@
-"""The README's two set-up commands are exactly what CI runs."""
+"""The README's two set-up commands are exactly what CI runs first; the linters CI runs after them are named."""
 
 from __future__ import annotations
 
-from .conftest import ROOT
+from .helpers import ROOT
+
+LINTERS = [".venv/bin/ruff check .", ".venv/bin/mypy"]
 
 
 def test_ci_runs_the_readme_commands():
@@ -11,4 +13,7 @@ def test_ci_runs_the_readme_commands():
     commands = readme[start + 1:start + 3]
     assert readme[start + 3] == "```"
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
-    assert ci[-2:] == commands
+    steps = ci[ci.index('cd "$(dirname "$0")/.."') + 1:]
+    assert steps == commands + LINTERS
+    text = "\n".join(readme)
+    assert "`ruff`" in text and "`mypy`" in text

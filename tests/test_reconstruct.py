@@ -12,14 +12,14 @@ import time
 import pytest
 import torch
 
-from fedaudit.attacks import ATTACKS
 from fedaudit.attacks.engine import GradientEngine
-from fedaudit.attacks.loop import LoopConfig, optimize
 from fedaudit.io.truth import load_truth
+from fedaudit.jobs import Session
 from fedaudit.metrics.psnr import psnr
 from fedaudit.threat_model import load_threat_model
 
-from .conftest import ROOT, assert_one_error_line, sample
+from .helpers import ROOT, assert_one_error_line, attack_job, sample
+
 
 def _psnr_of_noise() -> float:
     truth = load_truth(sample("lenet_b1")[2]).images
@@ -66,12 +66,11 @@ def test_each_attack_recovers_the_lenet_cat(cli, tmp_path, attack, args, floor):
     assert {p.name for p in out.iterdir()} >= {"report.json", "report.html", "grid.png", "images", "reconstruction.safetensors"}
 
 
-def _run(name="lenet_b4", attack="ig", iterations=40, **cfg):
-    tm = load_threat_model(*sample(name)[:2])
-    truth = load_truth(sample(name)[2])
-    defaults = {o.name: o.default for o in ATTACKS.get(attack).options}
-    a = ATTACKS.get(attack)(tm, GradientEngine(tm), truth.labels, defaults, truth.labels.numel())
-    return a, optimize(a, LoopConfig(iterations=iterations, quiet=True, **cfg))
+def _run(name="lenet_b4", attack="ig", iterations=40, seed=0, restarts=None, **policy):
+    """The attack (true labels, default options) and its loop result."""
+    job, a, labels = attack_job(name, attack, loop={"iterations": iterations, "restarts": restarts},
+                                session=Session(seed=seed), **policy)
+    return a, job.optimize(a, labels)
 
 
 def test_seeds_make_runs_repeatable():
@@ -133,7 +132,7 @@ def test_resume_continues_exactly(tmp_path, monkeypatch):
     attack, part = _run(iterations=60, checkpoint_every=20, checkpoint_path=ckpt, seed=3)
     assert part.interrupted and part.iterations_run == 45
     monkeypatch.setattr(InvertingGradients, "closure", real)
-    # the fingerprint ties a checkpoint to its run; the test's runs have the same (empty) fingerprint
+    # the fingerprint ties a checkpoint to its run (attack, options, labels, update, budget, seed): the same here
     _, resumed = _run(iterations=60, resume=ckpt, seed=3)
     assert resumed.resumed_from == {"restart": 0, "iteration": 40}
     assert torch.allclose(resumed.images, full.images, atol=1e-6)
@@ -149,6 +148,7 @@ def test_ctrl_c_writes_the_best_so_far(cli, tmp_path, monkeypatch):
     assert json.loads(res.stdout)["status"] == "interrupted"
 
 
+@pytest.mark.slow
 def test_sigint_in_a_real_process(tmp_path):
     ckpt, upd, truth = sample("lenet_b1")
     out = tmp_path / "out"

@@ -14,7 +14,7 @@ from fedaudit.report.document import REPORT_SCHEMA_VERSION, new_report
 from fedaudit.report.outdir import OutputDir
 from fedaudit.report.write import write_report
 
-from .conftest import sample
+from .helpers import sample
 
 
 def _report(tmp_path, **options):

@@ -18,7 +18,7 @@ from fedaudit.metrics.features import feature_recovery
 from fedaudit.metrics.psnr import psnr
 from fedaudit.models import ModelSpec, build_model
 
-from .conftest import assert_one_error_line, sample
+from .helpers import assert_one_error_line, sample
 
 FAST = ["-n", "100", "--restarts", "2", "-q"]
 
@@ -62,7 +62,7 @@ def test_analytic_jacobian_matches_autograd():
     for dg in (True, False):
         inv = CEInversion(gW, gb, W, b, y, differentiate_g=dg)
         z = torch.randn(4, 10, dtype=torch.float64)
-        auto = torch.func.jacrev(lambda v: inv.residual_vector(v, True))(z).reshape(-1, 40)
+        auto = torch.func.jacrev(lambda v, inv=inv: inv.residual_vector(v, True))(z).reshape(-1, 40)
         assert torch.allclose(inv.jacobian(z, True), auto, atol=1e-10)  # constant G' is a detach in both
 
 
@@ -109,6 +109,7 @@ def _labels(tmp_path, labels):
     return p
 
 
+@pytest.mark.slow
 def test_inverter_trained_on_cpu_decodes_better_than_noise(cli, tmp_path):
     x, y = mnist_digits(pad_to=32)
     perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(0))
@@ -172,7 +173,7 @@ def test_train_inverter_ctrl_c_saves_what_it_has(cli, tmp_path, monkeypatch, len
               "--epochs", "50", "--batch-size", "4", "--width", "4", "-q", expect=130)
     info = json.loads(res.stdout)
     assert info["interrupted"] and info["epochs_run"] < 50
-    from fedaudit.models.inverter import load_inverter
+    from fedaudit.io.inverter import load_inverter
 
     inverter, meta = load_inverter(tmp_path / "inv.safetensors")
     assert json.loads(meta["fedaudit.training"])["interrupted"]

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from .conftest import ROOT, SAMPLE_NAMES, SAMPLES
+from .helpers import ROOT, SAMPLE_NAMES, SAMPLES
 
 
 def _script():

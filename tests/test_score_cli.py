@@ -9,7 +9,7 @@ import torch
 from fedaudit.io.files import write_safetensors
 from fedaudit.io.truth import load_truth
 
-from .conftest import assert_one_error_line, sample
+from .helpers import assert_one_error_line, sample
 
 
 def _recon(tmp_path, noise: float, n=None):

@@ -17,7 +17,7 @@ from fedaudit.models.normalize import normalize
 from fedaudit.requirements import BATCH_SIZE, FINAL_BIAS_GRAD, FINAL_WEIGHT_GRAD, SINGLE_STEP, unmet
 from fedaudit.threat_model import load_threat_model
 
-from .conftest import CIFAR_SPEC
+from .helpers import CIFAR_SPEC
 
 
 @pytest.fixture

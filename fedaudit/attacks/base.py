@@ -7,14 +7,26 @@ from typing import Any, ClassVar
 import torch
 
 from fedaudit.attacks.engine import GradientEngine
-from fedaudit.labels.base import MethodOption
-from fedaudit.methods import Method
+from fedaudit.errors import InputError
+from fedaudit.methods import Method, MethodOption
 from fedaudit.threat_model import ThreatModel
 
 
 def total_variation(x: torch.Tensor) -> torch.Tensor:
     """Anisotropic TV, mean |dx| + mean |dy| (breaching's convention for Inverting Gradients)."""
     return (x[..., :, 1:] - x[..., :, :-1]).abs().mean() + (x[..., 1:, :] - x[..., :-1, :]).abs().mean()
+
+
+SCHEDULES = ("step", "step-0.33", "cosine", "none")
+
+# The loop settings every optimisation attack takes (defaults per attack in ``defaults``), in the one syntax of
+# method options: CLI flags and ``--attack-options`` specs are converted and checked by the same code.
+LOOP_OPTIONS = (
+    MethodOption("iterations", int, None, "Iterations per restart."),
+    MethodOption("restarts", int, None, "Restarts; the best by gradient distance is kept."),
+    MethodOption("lr", float, None, "Step size."),
+    MethodOption("schedule", str, None, "Learning-rate schedule: step | step-0.33 | cosine | none.", SCHEDULES),
+)
 
 
 def lr_factor(schedule: str, it: int, total: int) -> float:
@@ -33,14 +45,13 @@ class OptimizationAttack(Method):
     """Subclasses set ``defaults`` (iterations, lr, schedule, restarts) and ``options``, and implement
     ``init_state``, ``closure`` and ``distance``. ``closure`` must leave the step direction in ``.grad``."""
 
-    options: ClassVar[tuple[MethodOption, ...]] = ()
     defaults: ClassVar[dict[str, Any]] = {"iterations": 1000, "lr": 0.1, "schedule": "step", "restarts": 1}
     optimizer_name: ClassVar[str] = "adam"
     default_labels: ClassVar[str] = "auto"  # the label method used when --labels is not given
 
-    def __init__(self, tm: ThreatModel, engine: GradientEngine, labels: torch.Tensor, options: dict[str, Any],
+    def __init__(self, tm: ThreatModel, engine: GradientEngine, labels: torch.Tensor, options: dict[str, Any] | None,
                  num_images: int):
-        self.tm, self.engine, self.options = tm, engine, options
+        self.tm, self.engine, self.opts = tm, engine, self.parse_options(options)
         self.labels = labels.to(engine.device)
         self.num_images = num_images
         self.shape = (num_images, *tm.spec.input_shape)
@@ -59,6 +70,23 @@ class OptimizationAttack(Method):
     def project(self, state: dict[str, torch.Tensor]) -> None:
         with torch.no_grad():
             state["x"].clamp_(0, 1)
+
+    @classmethod
+    def loop_settings(cls, given: dict[str, Any] | None = None) -> dict[str, Any]:
+        """This attack's loop defaults updated with ``given`` (values or text; None means "not given")."""
+        by_name = {o.name: o for o in LOOP_OPTIONS}
+        out = {k: cls.defaults[k] for k in by_name}
+        for key, value in (given or {}).items():
+            if value is None:
+                continue
+            if key not in by_name:
+                raise InputError(f"{cls.name!r}: {key!r} is not a loop setting ({', '.join(by_name)})")
+            out[key] = by_name[key].convert(value, cls.name)
+        if out["iterations"] < 1 or out["restarts"] < 1:
+            raise InputError("--iterations and --restarts must be >= 1")
+        if not out["lr"] > 0:
+            raise InputError(f"--lr must be > 0, got {out['lr']}")
+        return out
 
     def images(self, state: dict[str, torch.Tensor]) -> torch.Tensor:
         return state["x"].detach().clamp(0, 1)

@@ -9,8 +9,8 @@ For mean-reduced CE, G = dl/dZ = (softmax(Z) - onehot(y)) / B, and the update ca
 * Proposition 2: l_hat = -(1/B) sum_i ln(gb[y_i] + lambda_{y_i}/B)  (near-uniform head)       -> L_loss
 * Eq. 5:         f' = pinv(G'^T) gW
 
-Exact feature recovery needs rank(G) = B, and the rows of P - Y sum to zero, so B <= C - 1 (shared/specs/rgla.md
-section 7; the paper's "B <= C + 1" is too loose).
+Exact feature recovery needs rank(G) = B, and the rows of P - Y sum to zero, so B <= C - 1 (the paper's
+"B <= C + 1" is too loose; docs/methods/attacks.md, RGLA).
 """
 
 from __future__ import annotations

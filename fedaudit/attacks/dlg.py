@@ -15,10 +15,10 @@ from fedaudit.attacks import ATTACKS
 from fedaudit.attacks.base import OptimizationAttack
 from fedaudit.attacks.init import normal_init
 from fedaudit.attacks.objectives import l2_distance
-from fedaudit.labels.base import MethodOption
+from fedaudit.methods import MethodOption
 
 
-@ATTACKS.register("dlg")
+@ATTACKS.register
 class DLG(OptimizationAttack):
     name = "dlg"
     summary = "joint image + label optimisation, squared L2 gradient distance, L-BFGS"
@@ -31,7 +31,7 @@ class DLG(OptimizationAttack):
     def init_state(self, gen):
         x = normal_init(self.tm.spec, self.shape, gen)
         c = self.tm.spec.num_classes
-        if self.options["label-init"] == "random":
+        if self.opts["label-init"] == "random":
             y = torch.randn(self.num_images, c, generator=gen)
         else:
             y = 5.0 * torch.nn.functional.one_hot(self.labels.cpu(), c).float()

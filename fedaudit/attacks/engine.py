@@ -1,6 +1,6 @@
 """The gradient engine: grad_w L(F(x', w), y') through the real architecture, with a graph for second order.
 
-One place for every optimisation attack (DESIGN.md):
+One place for every optimisation attack (docs/architecture.md):
 * functional call over the checkpoint's parameters (``torch.func.functional_call``), so the model object is
   never mutated and BatchNorm buffers are fresh copies on every call;
 * BatchNorm in the mode the update records (train: batch statistics, as the client had; eval: running stats);
@@ -38,7 +38,7 @@ class GradientEngine:
         self.model = model
         self.params = {k: p.detach() for k, p in model.named_parameters()}
         self.buffers = {k: b.detach() for k, b in model.named_buffers()}
-        self.train_bn = tm.meta.bn_mode == "train"
+        self.train_bn = tm.train_bn
         self.target = Target(list(tm.present), [tm.gradient[k].to(self.device) for k in tm.present])
         self.steps = tm.meta.local_steps if unroll else 1
         self.unroll = unroll and self.steps > 1

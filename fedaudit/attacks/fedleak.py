@@ -8,7 +8,7 @@ Each iteration:
    with the same Lambda; Adam steps along (1 - lambda') d1 + lambda' d2; clamp to [0,1].
 Defaults are the paper's: U[0,1] init, Adam lr 1e-4, 10,000 iterations, R = 50%, alpha 1e-5, beta 1e-4, no restarts.
 
-The paper leaves or contradicts these; each is an option (shared/specs/fedleak.md section 6):
+The paper leaves or contradicts these; each is an option (docs/methods/attacks.md):
 * ``--blend`` lambda' = 0.7, the value the text states (Table 16 points to 0.5, Appendix D and the code to 0.3).
 * ``--look-ahead ascent`` (+phi along +grad D, Eq. 12 and Alg. 1) or ``descent`` (Appendix D, the code).
 * ``--radius`` k as an RMS pixel displacement: ||phi|| = radius * sqrt(#pixels); default 0.01 (not given).
@@ -32,7 +32,8 @@ import torch
 from fedaudit.attacks import ATTACKS
 from fedaudit.attacks.base import OptimizationAttack, total_variation
 from fedaudit.attacks.init import uniform_init
-from fedaudit.labels.base import MethodOption
+from fedaudit.attacks.objectives import total
+from fedaudit.methods import MethodOption
 
 
 def _sample_step(n: int, sample: int) -> int:
@@ -92,7 +93,7 @@ class MaskedL1Cosine(torch.autograd.Function):
         return out, None, None, None, None
 
 
-@ATTACKS.register("fedleak")
+@ATTACKS.register
 class FedLeak(OptimizationAttack):
     name = "fedleak"
     summary = "partial gradient matching on the top-R% of the dummy gradient + blended look-ahead step"
@@ -120,25 +121,25 @@ class FedLeak(OptimizationAttack):
         """D(x') and what it used of the target: (mask, target * mask, ||target[Lambda]||, |Lambda|). The gradients are concatenated into one
         flat vector, so each term is one pass (g' * mask, then L1, dot and norm), not one per tensor; the
         target's masked part and norm are computed once per iteration and reused at x' + phi."""
-        acts = [] if self.options["act"] else None
+        acts = [] if self.opts["act"] else None
         g = torch.cat([t.reshape(-1) for t in self.engine.gradient(x, self.labels, capture=acts)])
         if masked_target is None:
             if not hasattr(self, "_target"):
                 self._target = torch.cat([t.reshape(-1) for t in self.engine.target.tensors])
             with torch.no_grad():
-                scope = self.options["scope"]
+                scope = self.opts["scope"]
                 parts = [g.detach()] if scope == "global" else self._split(g.detach())
-                mask = top_mask(parts, self.options["ratio"], scope, self.options["mask-sample"])
+                mask = top_mask(parts, self.opts["ratio"], scope, self.opts["mask-sample"])
                 um = self._target * mask
                 masked_target = (mask, um, um.norm(), mask.sum())
-        if self.options["reduction"] == "global":
+        if self.opts["reduction"] == "global":
             d = MaskedL1Cosine.apply(g, *masked_target)
         else:
             d = self._per_tensor(g, *masked_target)
-        if self.options["tv"]:
-            d = d + self.options["tv"] * total_variation(x)
+        if self.opts["tv"]:
+            d = d + self.opts["tv"] * total_variation(x)
         if acts:
-            d = d + self.options["act"] * sum(t.abs().mean() for t in acts)
+            d = d + self.opts["act"] * sum(t.abs().mean() for t in acts)
         return d, masked_target
 
     def _per_tensor(self, g, mask, um, nb, count):
@@ -163,17 +164,17 @@ class FedLeak(OptimizationAttack):
 
     def look_ahead(self, d1: list[torch.Tensor]) -> list[torch.Tensor]:
         """phi of Eq. 12, before its sign: k d1 / ||d1|| with ||phi|| = radius * sqrt(#pixels)."""
-        k = self.options["radius"] * math.sqrt(sum(g.numel() for g in d1))
-        scale = k / torch.sqrt(sum(g.square().sum() for g in d1)).clamp_min(1e-30)
+        k = self.opts["radius"] * math.sqrt(sum(g.numel() for g in d1))
+        scale = k / torch.sqrt(total([g.square().sum() for g in d1])).clamp_min(1e-30)
         return [scale * g for g in d1]
 
     def closure(self, state, it):
         variables = self.variables(state)
         d, masks = self._objective(self.render(state, variables))
         d1 = torch.autograd.grad(d, variables)
-        lam = self.options["blend"]
+        lam = self.opts["blend"]
         if lam:
-            sign = 1.0 if self.options["look-ahead"] == "ascent" else -1.0
+            sign = 1.0 if self.opts["look-ahead"] == "ascent" else -1.0
             ahead = [(v.detach() + sign * p).requires_grad_(True) for v, p in zip(variables, self.look_ahead(d1))]
             d_ahead, _ = self._objective(self.render(state, ahead), masks)  # same Lambda at x' + phi (Alg. 1, line 8)
             d2 = torch.autograd.grad(d_ahead, ahead)
@@ -181,7 +182,7 @@ class FedLeak(OptimizationAttack):
         else:
             steps = list(d1)
         for v, g in zip(variables, steps):
-            v.grad = g.sign() if self.options["signed"] else g
+            v.grad = g.sign() if self.opts["signed"] else g
         return d.detach()
 
     def distance(self, state):

@@ -2,7 +2,7 @@
 
 FedLeak's objective and step rule (fedaudit/attacks/fedleak.py) unchanged, but the variables are the weights of
 an untrained convolutional generator, x' = G_theta(z) with a fixed Gaussian code z (fedaudit/attacks/
-image_generator.py), as in the code the FedLeak authors released (shared/specs/fedleak.md 6.3). The paper's
+image_generator.py), as in the code the FedLeak authors released (docs/methods/attacks.md, fedleak-dip). The paper's
 Algorithm 1 optimises pixels; this variant is exposed as its own attack so that each keeps its own defaults.
 
 Defaults are the released code's where it states them: AdamW (weight decay 0.01) at lr 1e-2 with cosine
@@ -27,7 +27,7 @@ from fedaudit.attacks import ATTACKS
 from fedaudit.attacks.fedleak import FedLeak
 from fedaudit.attacks.image_generator import ImageGenerator, median_filter
 from fedaudit.errors import InputError
-from fedaudit.labels.base import MethodOption
+from fedaudit.methods import MethodOption
 
 _PREFIX = "g."
 
@@ -43,7 +43,7 @@ def _replace(options, **changes):
     return tuple(out)
 
 
-@ATTACKS.register("fedleak-dip")
+@ATTACKS.register
 class FedLeakDIP(FedLeak):
     name = "fedleak-dip"
     summary = "FedLeak over an untrained generator's weights (deep-image-prior style, the released code's variant)"
@@ -63,10 +63,10 @@ class FedLeakDIP(FedLeak):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         try:
-            self.generator = ImageGenerator(self.shape, self.options["width"], self.options["code"])
+            self.generator = ImageGenerator(self.shape, self.opts["width"], self.opts["code"])
         except ValueError as exc:
             raise InputError(f"fedleak-dip: {exc}") from None
-        if self.options["median"] < 0:
+        if self.opts["median"] < 0:
             raise InputError("fedleak-dip: --median must be >= 0")
 
     def init_state(self, gen):
@@ -76,7 +76,7 @@ class FedLeakDIP(FedLeak):
         return state
 
     def optimizer(self, state, lr):
-        opt = torch.optim.AdamW(self.variables(state), lr=lr, weight_decay=self.options["weight-decay"])
+        opt = torch.optim.AdamW(self.variables(state), lr=lr, weight_decay=self.opts["weight-decay"])
         self._opt = opt
         return opt
 
@@ -94,11 +94,11 @@ class FedLeakDIP(FedLeak):
         attack's) concentrates the displacement on the few weights with the largest gradients; at lr 1e-2 it
         wrecked the run (LeNet, B = 16: 8.5 dB against 13.3 dB without a look-ahead)."""
         lr = self._opt.param_groups[0]["lr"] if hasattr(self, "_opt") else 0.0
-        return [(self.options["radius"] * lr) * g.sign() for g in d1]
+        return [(self.opts["radius"] * lr) * g.sign() for g in d1]
 
     def project(self, state):
         pass  # the sigmoid keeps x' in (0, 1); the weights are unconstrained
 
     def images(self, state):
         with torch.no_grad():
-            return median_filter(self.render(state).detach(), self.options["median"]).clamp(0, 1)
+            return median_filter(self.render(state).detach(), self.opts["median"]).clamp(0, 1)

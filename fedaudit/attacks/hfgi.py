@@ -8,7 +8,7 @@ Eq. 10: x* = argmin 1 - cos(Mask (.) g'_L(t), Mask (.) g_L(t)) + R_image(x'), wh
 * R_image (Eq. 11) switches on in stages: TV after T1, the BN-statistic prior after T2 (Sec. 3.3 of the spec);
 * the update (Eq. 12, code form) feeds a quantised sign of the image gradient to Adam, lr 0.1, x0.33 decays.
 
-General layer schedule (the code's indices only fit ResNet-34's 110 tensors; shared/specs/hfgi.md 3.2, 7.2):
+General layer schedule (the code's indices only fit ResNet-34's 110 tensors; docs/methods/attacks.md, HFGI):
 with n matched-able tensors in model order, start with the deepest round(start_fraction * n) (never fewer
 than the output layer's), add round(grow_fraction * n) more every grow_every of the run, up to
 round(final_fraction * n); the shallowest tensors (the stem and the first stage in a ResNet) are never matched.
@@ -16,7 +16,7 @@ Defaults 0.1 / 1/11 / 0.782 / 1/30 reproduce the code on ResNet-34 exactly (11 t
 15,000 iterations, 86 at most). Every phase point (T1 = 0.2, T2 = 1/3, the x2 boost for the first 1/150) is a
 fraction of the run, so shorter budgets keep the shape of the schedule.
 
-Choices (paper vs code, spec section 7.1), as options: TV is the code's (anisotropic L1, mean, weight 5e-3, on
+Choices (paper vs code), as options: TV is the code's (anisotropic L1, mean, weight 5e-3, on
 the normalised image); the update is the code's quantised sign (``--step-rule sign`` for the paper's pure sign,
 ``plain`` for none). Like the code, the image lives in the normalised space (N(0,1) init, per-channel box) and
 the output is the final iterate. The BN prior needs running statistics in the checkpoint; without BatchNorm it
@@ -31,7 +31,7 @@ import torch
 
 from fedaudit.attacks import ATTACKS
 from fedaudit.attacks.base import OptimizationAttack, total_variation
-from fedaudit.labels.base import MethodOption
+from fedaudit.methods import MethodOption
 from fedaudit.models.normalize import denormalize, normalize
 
 BN_FIRST_WEIGHTS = (1.3, 3.0)  # the code's multipliers for the first two BN layers; the rest get 1
@@ -52,7 +52,7 @@ def quantized_sign(g: torch.Tensor) -> torch.Tensor:
     return 0.8 * q + 0.2 * g.sign()
 
 
-@ATTACKS.register("hfgi")
+@ATTACKS.register
 class HFGI(OptimizationAttack):
     name = "hfgi"
     summary = "stepwise inversion: layers added from the output side, gradient dropout, staged TV/BN priors, quantised-sign Adam"
@@ -86,7 +86,7 @@ class HFGI(OptimizationAttack):
 
     def matched(self, it: int) -> list[str]:
         names = self.engine.target.names
-        o = self.options
+        o = self.opts
         k = matched_count(len(names), it, self.iterations, o["start-fraction"], o["grow-fraction"],
                           o["final-fraction"], o["grow-every"], self.final_count)
         return names[len(names) - k:]
@@ -96,7 +96,7 @@ class HFGI(OptimizationAttack):
 
     def _bn_prior(self, captured) -> torch.Tensor:
         buffers = dict(self.tm.model.named_buffers())
-        total = 0.0
+        total = torch.zeros((), device=self.engine.device)
         for i, (name, inp) in enumerate(captured):
             dims = [0] + list(range(2, inp.ndim))
             mu, var = inp.mean(dims), inp.var(dims, unbiased=False)
@@ -106,10 +106,10 @@ class HFGI(OptimizationAttack):
         return total
 
     def objective(self, xn: torch.Tensor, it: int, gen: torch.Generator | None) -> torch.Tensor:
-        o, total = self.options, self.iterations
+        o, total = self.opts, self.iterations
         names = self.matched(it)
         use_bn = bool(self.bn_layers) and o["bn"] > 0 and it >= o["bn-start"] * total
-        captured = [] if use_bn else None
+        captured: list | None = [] if use_bn else None
         g = self.engine.gradient(denormalize(xn, self.tm.spec), self.labels, names=names, bn_inputs=captured)
         index = {k: i for i, k in enumerate(self.engine.target.names)}
         t = [self.engine.target.tensors[index[k]] for k in names]
@@ -130,12 +130,12 @@ class HFGI(OptimizationAttack):
         gen = torch.Generator().manual_seed(1_000_003 + it)  # the dropout mask depends on the iteration only: resumable
         loss = self.objective(xn, it, gen)
         (g,) = torch.autograd.grad(loss, [xn])
-        mode = self.options["step-rule"]
+        mode = self.opts["step-rule"]
         if mode == "quantized":
             g = quantized_sign(g)
         elif mode == "sign":
             g = g.sign()
-        if it < math.ceil(self.options["boost"] * self.iterations):
+        if it < math.ceil(self.opts["boost"] * self.iterations):
             g = 2 * g
         xn.grad = g
         return loss.detach()
@@ -164,5 +164,5 @@ class HFGI(OptimizationAttack):
         return {"report": {"layer_schedule": [{"from_iteration": it, "matched": k, "shallowest": names[len(names) - k]}
                                               for it, k in schedule],
                            "tensors_matchable": len(names),
-                           "bn_prior": "on" if self.bn_layers and self.options["bn"] > 0 else
+                           "bn_prior": "on" if self.bn_layers and self.opts["bn"] > 0 else
                            "off: the model has no BatchNorm running statistics" if not self.bn_layers else "off"}}

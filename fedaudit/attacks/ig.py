@@ -14,10 +14,10 @@ from fedaudit.attacks import ATTACKS
 from fedaudit.attacks.base import OptimizationAttack, total_variation
 from fedaudit.attacks.init import normal_init
 from fedaudit.attacks.objectives import cosine_distance
-from fedaudit.labels.base import MethodOption
+from fedaudit.methods import MethodOption
 
 
-@ATTACKS.register("ig")
+@ATTACKS.register
 class InvertingGradients(OptimizationAttack):
     name = "ig"
     summary = "cosine gradient distance + total variation, signed Adam, step decay"
@@ -34,9 +34,9 @@ class InvertingGradients(OptimizationAttack):
     def closure(self, state, it):
         x = state["x"]
         loss = cosine_distance(self.engine.gradient(x, self.labels), self.engine.target.tensors)
-        loss = loss + self.options["tv"] * total_variation(x)
+        loss = loss + self.opts["tv"] * total_variation(x)
         (grad,) = torch.autograd.grad(loss, [x])
-        x.grad = grad.sign() if self.options["signed"] else grad
+        x.grad = grad.sign() if self.opts["signed"] else grad
         return loss.detach()
 
     def distance(self, state):

@@ -2,7 +2,7 @@
 
 The attack optimises the generator's weights, not the pixels: x' = G_theta(z) for a fixed Gaussian code z
 (one row per image). A convolutional net fits natural image structure long before it fits noise (Ulyanov et al.
-2018), which is what the released FedLeak code relies on (shared/specs/fedleak.md 6.3). This is an extension,
+2018), which is what the released FedLeak code relies on (docs/methods/attacks.md, fedleak-dip). This is an extension,
 not FedLeak's Algorithm 1, and nothing here is trained on data: the prior is the architecture alone.
 
 The net, written functionally over a dict of tensors so the shared loop can checkpoint it like any variable:

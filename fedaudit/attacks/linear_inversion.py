@@ -10,6 +10,8 @@ optimisation. Only Linear, ReLU and Flatten may sit between the input and the ou
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.fx as fx
 from torch import nn
@@ -48,7 +50,7 @@ def fc_chain(model: nn.Module, final: str) -> list[str] | None:
 
 
 def invert_chain(params: dict[str, torch.Tensor], grads: dict[str, torch.Tensor], chain: list[str],
-                 G: torch.Tensor, features: torch.Tensor) -> tuple[torch.Tensor, list[dict[str, float]]]:
+                 G: torch.Tensor, features: torch.Tensor) -> tuple[torch.Tensor, list[dict[str, Any]]]:
     """The chain's input [B, D] from the output gradient G [B, C] and the recovered features (float64), with the
     conditioning of every solve (rank and condition number of each delta)."""
     delta, a = G.double(), features.double()

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import time
@@ -71,7 +72,7 @@ class _Best:
     state: dict = field(default_factory=dict)  # the best restart's variables (extras() is computed from them)
 
 
-def _save_checkpoint(cfg: LoopConfig, state, opt, best: _Best, restart: int, it: int, history) -> None:
+def _save_checkpoint(cfg: LoopConfig, path: Path, state, opt, best: _Best, restart: int, it: int, history) -> None:
     tensors = {f"state.{k}": v.detach() for k, v in state.items()}
     opt_scalars = {}
     if isinstance(opt, torch.optim.Adam):
@@ -91,15 +92,15 @@ def _save_checkpoint(cfg: LoopConfig, state, opt, best: _Best, restart: int, it:
                                          "labels": best.labels, "restart": best.restart}),
             "fedaudit.opt_scalars": json.dumps(opt_scalars),
             "fedaudit.history": json.dumps(history[-2000:])}
-    write_safetensors(cfg.checkpoint_path, tensors, meta)
+    write_safetensors(path, tensors, meta)
 
 
-def _load_checkpoint(cfg: LoopConfig):
-    tensors, meta = read_safetensors(cfg.resume, "checkpoint to resume")
+def _load_checkpoint(cfg: LoopConfig, path: Path):
+    tensors, meta = read_safetensors(path, "checkpoint to resume")
     if meta.get("fedaudit.file") != "attack_checkpoint":
-        raise InputError(f"{str(cfg.resume)!r} is not an attack checkpoint")
+        raise InputError(f"{str(path)!r} is not an attack checkpoint")
     if meta.get("fedaudit.fingerprint") != cfg.fingerprint:
-        raise InputError(f"{str(cfg.resume)!r} was written by a different attack, options or update; it cannot resume this run")
+        raise InputError(f"{str(path)!r} was written by a different attack, options or update; it cannot resume this run")
     pos = json.loads(meta["fedaudit.position"])
     b = json.loads(meta["fedaudit.best"])
     best = _Best(b["distance"] if b["distance"] is not None else math.inf, tensors.get("best.images"), b["labels"], b["restart"],
@@ -132,7 +133,7 @@ def optimize(attack: OptimizationAttack, cfg: LoopConfig) -> LoopResult:
     best, history, diverged = _Best(), [], []
     start_restart, start_it, resumed, saved = 0, 0, None, None
     if cfg.resume is not None:
-        pos, best, saved, scalars, history = _load_checkpoint(cfg)
+        pos, best, saved, scalars, history = _load_checkpoint(cfg, cfg.resume)
         start_restart, start_it = pos["restart"], pos["iteration"]
         resumed = pos
         torch.set_rng_state(saved["rng"])
@@ -159,7 +160,7 @@ def optimize(attack: OptimizationAttack, cfg: LoopConfig) -> LoopResult:
                 for it in range(first, cfg.iterations):
                     for group in opt.param_groups:
                         group["lr"] = cfg.lr * lr_factor(cfg.schedule, it, cfg.iterations)
-                    loss = opt.step(lambda: attack.closure(state, it))
+                    loss = opt.step(functools.partial(attack.closure, state, it))
                     loss = float(loss) if loss is not None else math.nan
                     if not math.isfinite(loss) or not _finite(state):
                         diverged.append(restart)
@@ -171,7 +172,7 @@ def optimize(attack: OptimizationAttack, cfg: LoopConfig) -> LoopResult:
                         progress.update(task, loss=f"{loss:.4g}")
                     progress.advance(task)
                     if cfg.checkpoint_every and cfg.checkpoint_path and (it + 1) % cfg.checkpoint_every == 0:
-                        _save_checkpoint(cfg, state, opt, best, restart, it + 1, history)
+                        _save_checkpoint(cfg, cfg.checkpoint_path, state, opt, best, restart, it + 1, history)
                     if cfg.monitor and cfg.monitor_every and ((it + 1) % cfg.monitor_every == 0 or it == cfg.iterations - 1):
                         if cfg.monitor(attack, state, restart, it + 1):
                             break
@@ -185,7 +186,7 @@ def optimize(attack: OptimizationAttack, cfg: LoopConfig) -> LoopResult:
             if interrupted:
                 break
             progress.advance(task, cfg.iterations - 1 - it)
-    if best.images is None:
+    if best.images is None or best.labels is None:
         if interrupted:
             raise KeyboardInterrupt
         raise RuntimeFailure(f"{attack.name}: every restart diverged (non-finite loss); try a smaller --lr")

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import functools
+import operator
+
 import torch
+
+
+def total(terms: list[torch.Tensor]) -> torch.Tensor:
+    """The sum of scalar tensors, added left to right (what ``sum()`` does, typed)."""
+    return functools.reduce(operator.add, terms)
 
 
 def flat(tensors: list[torch.Tensor]) -> torch.Tensor:
@@ -17,4 +25,4 @@ def cosine_distance(a: list[torch.Tensor], b: list[torch.Tensor]) -> torch.Tenso
 
 def l2_distance(a: list[torch.Tensor], b: list[torch.Tensor]) -> torch.Tensor:
     """Sum of squared differences over all tensors (DLG)."""
-    return sum(((x - y) ** 2).sum() for x, y in zip(a, b))
+    return total([((x - y) ** 2).sum() for x, y in zip(a, b)])

@@ -9,7 +9,7 @@
    says so. The recovered logits (per-sample confidences and losses) and features are leakage in themselves and
    go into the report and reconstruction.safetensors.
 
-Choices (shared/specs/rgla.md sections 7-9), each an option:
+Choices (docs/methods/attacks.md, RGLA), each an option:
 * ``--solver lm`` (default, ours): Levenberg-Marquardt steps on the same residuals, first on the paper's full
   objective (L_loss picks the right basin among the "twin" solutions), then, once that stalls, on the exact
   identities L_w, L_b alone (Prop. 2 is only approximate), which takes the logits to the precision of the update
@@ -33,14 +33,14 @@ from fedaudit.attacks.base import OptimizationAttack
 from fedaudit.attacks.ce_inversion import CEInversion
 from fedaudit.attacks.linear_inversion import fc_chain, invert_chain
 from fedaudit.errors import InputError
-from fedaudit.labels.base import MethodOption
+from fedaudit.methods import MethodOption
 from fedaudit.models.normalize import denormalize
 from fedaudit.requirements import BATCH_SIZE, FINAL_BIAS_GRAD, FINAL_WEIGHT_GRAD, SINGLE_STEP
 
 CONFIDENT = 0.5  # a recovered sample this sure of a class breaks Prop. 2's near-uniform assumption
 
 
-@ATTACKS.register("rgla")
+@ATTACKS.register
 class RGLA(OptimizationAttack):
     name = "rgla"
     summary = "invert cross-entropy: logits, each sample's output-layer input (pinv), then images (FC chain or inverter)"
@@ -70,9 +70,10 @@ class RGLA(OptimizationAttack):
 
     def __init__(self, tm, engine, labels, options, num_images):
         super().__init__(tm, engine, labels, options, num_images)
+        options = self.opts
         final = tm.final_layer
         params = dict(tm.model.named_parameters())
-        self.inv = CEInversion(tm.final_weight_grad, tm.final_bias_grad, params[f"{final}.weight"].detach(),
+        self.inv = CEInversion(tm.output_grad("weight"), tm.output_grad("bias"), params[f"{final}.weight"].detach(),
                                params[f"{final}.bias"].detach(), self.labels.cpu(),
                                (options["alpha-w"], options["alpha-b"], options["alpha-loss"]), options["differentiate-g"])
         self.chain = fc_chain(tm.model, final) if options["analytic"] else None
@@ -80,7 +81,7 @@ class RGLA(OptimizationAttack):
             self.chain = None
         self.inverter, self.inverter_meta = None, {}
         if options["inverter"]:
-            from fedaudit.models.inverter import load_inverter
+            from fedaudit.io.inverter import load_inverter
 
             self.inverter, self.inverter_meta = load_inverter(options["inverter"])
             if self.inverter_meta.get("fedaudit.backbone_sha256") != tm.checkpoint.sha256:
@@ -93,17 +94,17 @@ class RGLA(OptimizationAttack):
     # --- the logit optimisation -------------------------------------------------------------------------------
     def init_state(self, gen):
         z = torch.randn(self.num_images, self.inv.C, generator=gen, dtype=torch.float64)
-        if self.options["solver"] == "adam":
+        if self.opts["solver"] == "adam":
             return {"z": z.requires_grad_(True)}
         return {"z": z, "mu": torch.tensor(1e-3, dtype=torch.float64), "phase": torch.tensor(0.0, dtype=torch.float64)}
 
     def optimizer(self, state, lr):
-        if self.options["solver"] == "adam":
+        if self.opts["solver"] == "adam":
             return torch.optim.Adam([state["z"]], lr=lr)
         return super().optimizer(state, lr)
 
     def closure(self, state, it):
-        if self.options["solver"] == "adam":
+        if self.opts["solver"] == "adam":
             loss = self.inv.losses(state["z"])["total"]
             (state["z"].grad,) = torch.autograd.grad(loss, [state["z"]])
             return loss.detach()
@@ -172,7 +173,7 @@ class RGLA(OptimizationAttack):
                                          self.chain, self.inv.G(z), f)
             report["analytic_chain"] = {"layers": self.chain, "solves": chain_diag}
         if self.inverter is not None:
-            report["inverter"] = {"file": self.options["inverter"], "bn_mode": self.inverter_meta.get("fedaudit.bn_mode")}
+            report["inverter"] = {"file": self.opts["inverter"], "bn_mode": self.inverter_meta.get("fedaudit.bn_mode")}
             if self.inverter_meta.get("fedaudit.bn_mode") != (self.tm.meta.bn_mode or "eval"):
                 warnings.append(f"the inverter was trained on {self.inverter_meta.get('fedaudit.bn_mode')}-mode features; "
                                 f"the update records bn_mode {self.tm.meta.bn_mode}")

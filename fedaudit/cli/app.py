@@ -7,10 +7,23 @@ import sys
 import typer
 
 from fedaudit import __version__
+from fedaudit.cli.commands import (
+    audit,
+    capture,
+    defend,
+    importers,
+    init_checkpoint,
+    inspect,
+    labels,
+    lpips_export,
+    models,
+    reconstruct,
+    score,
+    train_critic,
+    train_inverter,
+)
 from fedaudit.cli.console import error_line
 from fedaudit.errors import EXIT_INTERRUPTED
-from fedaudit.cli.commands import (audit, capture, defend, importers, init_checkpoint, inspect, labels, lpips_export,
-                                   models, reconstruct, score, train_critic, train_inverter)
 
 EPILOG = ("Exit codes: 0 ok, 1 leakage at or above --fail-on, 2 bad input or usage, 3 runtime failure, "
           "130 interrupted. Results go to stdout (or -o); tables, progress and logs to stderr.")
@@ -63,7 +76,7 @@ def main() -> None:
             hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
             if exc.format_message():  # empty for "no arguments: help shown"
                 error_line(exc.format_message() + hint)
-            sys.exit(exc.exit_code)
+            sys.exit(getattr(exc, "exit_code"))  # noqa: B009 - Click's exception, matched by shape
         if type(exc).__name__ == "Abort":
             error_line("aborted")
             sys.exit(EXIT_INTERRUPTED)

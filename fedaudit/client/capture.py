@@ -84,7 +84,7 @@ def capture_update(model: nn.Module, spec: ModelSpec, images: torch.Tensor, labe
         out = dict(zip(params, torch.autograd.grad(loss, list(params.values()))))
     else:
         start = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        opt = torch.optim.SGD(params.values(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+        opt = torch.optim.SGD(params.values(), lr=float(cfg.lr or 0), momentum=cfg.momentum, weight_decay=cfg.weight_decay)
         for k in range(cfg.local_steps):
             sel = slice((k % nb) * cfg.batch_size, (k % nb + 1) * cfg.batch_size)
             opt.zero_grad()

@@ -70,8 +70,8 @@ def natural_patches(n: int, size: int = 32, seed: int = 0) -> torch.Tensor:
     folder = package_dir("skimage") / "data"
     photos = []
     for name in SKIMAGE_RGB:
-        with Image.open(folder / name) as img:
-            photos.append(img.convert("RGB").copy())
+        with Image.open(folder / name) as src:
+            photos.append(src.convert("RGB").copy())
     rng = np.random.default_rng(seed)
     out = np.empty((n, size, size, 3), dtype=np.float32)
     for i in range(n):

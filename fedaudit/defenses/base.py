@@ -7,41 +7,28 @@ so that batch comes from the ground-truth file and the defense says so in its re
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import torch
 
 from fedaudit.io.truth import Truth
-from fedaudit.labels.base import MethodOption
 from fedaudit.methods import Method
+from fedaudit.session import Session
 from fedaudit.threat_model import ThreatModel
 
 
-@dataclass
-class DefenseContext:
-    batch: Truth | None = None  # the client's images and labels (Soteria, Refiner)
-    seed: int = 0
-    device: str = "cpu"
-    files: dict[str, str] = field(default_factory=dict)
-
-
 class Defense(Method):
-    options: ClassVar[tuple[MethodOption, ...]] = ()
+    """A registered defense; an instance holds its options and ``info`` (what it did, for the record)."""
+
     needs_batch: ClassVar[bool] = False
 
-    def __init__(self, options: dict[str, Any]):
-        self.options = options
+    def __init__(self, options: Mapping[str, Any] | None = None):
+        self.opts = self.parse_options(options)
         self.info: dict[str, Any] = {}
 
-    @classmethod
-    def why_not_ctx(cls, tm: ThreatModel, ctx: DefenseContext) -> list[str]:
-        reasons = cls.why_not(tm)
-        if cls.needs_batch and ctx.batch is None:
-            reasons.append("needs the client's batch (--batch TRUTH: images and labels), because it recomputes the gradient")
-        return reasons
-
-    def apply(self, tm: ThreatModel, grads: dict[str, torch.Tensor], ctx: DefenseContext) -> dict[str, torch.Tensor]:
+    def apply(self, tm: ThreatModel, grads: dict[str, torch.Tensor], session: Session,
+              batch: Truth | None) -> dict[str, torch.Tensor]:
         raise NotImplementedError
 
 

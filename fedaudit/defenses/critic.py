@@ -19,14 +19,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedaudit.errors import InputError
+from fedaudit.errors import InputError, TrainingInterrupted
 from fedaudit.io.files import read_safetensors, write_safetensors
 
 RATIOS = tuple(i / 10 for i in range(11))
 
 
 class NoiseCritic(nn.Module):
-    def __init__(self, image_shape: tuple[int, int, int], width: int = 128):
+    def __init__(self, image_shape: tuple[int, ...], width: int = 128):
         super().__init__()
         c, h, w = image_shape
         self.image_shape, self.width = tuple(image_shape), width
@@ -85,12 +85,12 @@ def train_critic(images: torch.Tensor, cfg: CriticTraining, on_epoch: Callable[[
                 loss.backward()
                 opt.step()
                 total, count = total + float(loss.detach()) * len(x), count + len(x)
-            info["epochs_run"], info["train_mse"] = epoch + 1, total / max(count, 1)
+            mse = total / max(count, 1)
+            info["epochs_run"], info["train_mse"] = epoch + 1, mse
             if on_epoch:
-                on_epoch(epoch, info["train_mse"])
-    except KeyboardInterrupt as exc:
-        exc.critic, exc.info = _finish(critic, val, info, t0), info
-        raise
+                on_epoch(epoch, mse)
+    except KeyboardInterrupt:
+        raise TrainingInterrupted(_finish(critic, val, info, t0), info) from None
     return _finish(critic, val, info, t0), info
 
 

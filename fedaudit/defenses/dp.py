@@ -19,7 +19,7 @@ import torch
 from fedaudit.defenses import DEFENSES
 from fedaudit.defenses.base import Defense, flat, unflat
 from fedaudit.errors import InputError
-from fedaudit.labels.base import MethodOption
+from fedaudit.methods import MethodOption
 
 
 def noise_multiplier(epsilon: float, delta: float, formula: str, kind: str) -> float:
@@ -32,7 +32,7 @@ def noise_multiplier(epsilon: float, delta: float, formula: str, kind: str) -> f
     return math.sqrt(2 * math.log((1.25 if formula == "gaussian" else 1.0) / delta)) / epsilon
 
 
-@DEFENSES.register("dp")
+@DEFENSES.register
 class DP(Defense):
     name = "dp"
     summary = "clip to L2 norm C, add Gaussian or Laplace noise (sigma direct or from epsilon, delta)"
@@ -46,8 +46,8 @@ class DP(Defense):
         MethodOption("formula", str, "gaussian", "epsilon -> sigma: gaussian (ln 1.25/delta) or fedleak (ln 1/delta)", ("gaussian", "fedleak")),
     )
 
-    def apply(self, tm, grads, ctx):
-        o = self.options
+    def apply(self, tm, grads, session, batch):
+        o = self.opts
         if o["sigma"] > 0:
             sigma = o["sigma"]
         elif o["eps"] > 0:
@@ -60,7 +60,7 @@ class DP(Defense):
         if clip > 0 and norm > clip:
             v = v * (clip / norm)
         std = sigma * (clip if clip > 0 else 1.0)
-        gen = torch.Generator().manual_seed(ctx.seed)
+        gen = torch.Generator().manual_seed(session.seed)
         if o["noise"] == "gaussian":
             noise = torch.randn(v.shape, generator=gen, dtype=torch.float64) * std
         else:  # Laplace(0, b) with std = sqrt(2) b, by inverse CDF of a seeded uniform

@@ -6,10 +6,10 @@ from __future__ import annotations
 from fedaudit.defenses import DEFENSES
 from fedaudit.defenses.base import Defense
 from fedaudit.defenses.magnitude import keep_largest
-from fedaudit.labels.base import MethodOption
+from fedaudit.methods import MethodOption
 
 
-@DEFENSES.register("prune")
+@DEFENSES.register
 class Prune(Defense):
     name = "prune"
     summary = "zero the smallest-magnitude fraction of the gradient"
@@ -19,12 +19,12 @@ class Prune(Defense):
         MethodOption("scope", str, "per-tensor", "threshold per tensor or over the whole gradient", ("per-tensor", "global")),
     )
 
-    def apply(self, tm, grads, ctx):
-        r = self.options["ratio"]
+    def apply(self, tm, grads, session, batch):
+        r = self.opts["ratio"]
         if not 0 <= r <= 1:
             from fedaudit.errors import InputError
 
             raise InputError(f"prune: ratio must be in [0, 1], got {r}")
-        out, zeroed = keep_largest(grads, 1 - r, self.options["scope"])
+        out, zeroed = keep_largest(grads, 1 - r, self.opts["scope"])
         self.info = {"zeroed_fraction": zeroed}
         return out

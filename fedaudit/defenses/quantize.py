@@ -9,7 +9,7 @@ import torch
 from fedaudit.defenses import DEFENSES
 from fedaudit.defenses.base import Defense
 from fedaudit.errors import InputError
-from fedaudit.labels.base import MethodOption
+from fedaudit.methods import MethodOption
 
 
 def quantize(g: torch.Tensor, bits: int) -> torch.Tensor:
@@ -24,15 +24,15 @@ def quantize(g: torch.Tensor, bits: int) -> torch.Tensor:
     return torch.round(g / scale * levels) / levels * scale
 
 
-@DEFENSES.register("quantize")
+@DEFENSES.register
 class Quantize(Defense):
     name = "quantize"
     summary = "uniform symmetric per-tensor quantisation to the given bits"
     paper = "Reisizadeh et al. 2020 (FedPAQ); FedLeak's grid 32/16/8/4/1 bits"
     options = (MethodOption("bits", int, 8, "bits per entry (1 = scaled sign, 32 = unchanged)"),)
 
-    def apply(self, tm, grads, ctx):
-        bits = self.options["bits"]
+    def apply(self, tm, grads, session, batch):
+        bits = self.opts["bits"]
         if bits < 1:
             raise InputError(f"quantize: bits must be >= 1, got {bits}")
         self.info = {"bits": bits}

@@ -6,7 +6,7 @@ utility and looks like noise to a critic, projected into an eps-ball around the 
     x*  <- clamp(x* - lr grad_x* [UM(x*) - beta PM(x*)], 0, 1),  iota times    (Eq. 2)
     upload = g* if ||g* - g|| <= eps else g + eps (g* - g) / ||g* - g||   (Sec. 4.1; App. C is missing)
 
-Choices where the paper is silent or contradicts itself (shared/specs/refiner.md section 7), as options:
+Choices where the paper is silent or contradicts itself (docs/methods/defenses.md), as options:
 * ``--um squared`` (default): UM = sum (w (g* - g))^2, Eq. 4 as printed; ``linear``: sum w (g* - g)^2, the text's
   "weighted MSE".
 * PM = mean of D(x*) over the batch (D: ``fedaudit train-refiner-critic``); Eq. 2 maximises it.
@@ -25,7 +25,7 @@ from fedaudit.defenses import DEFENSES
 from fedaudit.defenses.base import Defense, unflat
 from fedaudit.defenses.critic import load_critic
 from fedaudit.errors import InputError
-from fedaudit.labels.base import MethodOption
+from fedaudit.methods import MethodOption
 from fedaudit.requirements import SINGLE_STEP
 
 
@@ -37,7 +37,7 @@ def module_index(names: list[str]) -> dict[str, int]:
     return {n: order[n.rsplit(".", 1)[0]] for n in names}
 
 
-@DEFENSES.register("refiner")
+@DEFENSES.register
 class Refiner(Defense):
     name = "refiner"
     summary = "upload the gradient of refined, noise-like data, projected within eps of the true gradient (needs the batch)"
@@ -55,24 +55,24 @@ class Refiner(Defense):
         MethodOption("um", str, "squared", "utility metric form: squared (Eq. 4 as printed) or linear (weighted MSE)", ("squared", "linear")),
     )
 
-    def apply(self, tm, grads, ctx):
-        o = self.options
+    def apply(self, tm, grads, session, batch):
+        o = self.opts
         if not o["critic"]:
             raise InputError("refiner: needs --critic (train one with 'fedaudit train-refiner-critic')")
-        critic = load_critic(o["critic"])
-        x, y = ctx.batch.images.float(), ctx.batch.labels.long()
+        critic = load_critic(o["critic"]).to(session.device)
+        x, y = batch.images.float(), batch.labels.long()
         if tuple(critic.image_shape) != tuple(x.shape[1:]):
             raise InputError(f"refiner: the critic takes {critic.image_shape} images, the batch has {tuple(x.shape[1:])}")
         for p in critic.parameters():
             p.requires_grad_(False)
-        engine = GradientEngine(tm)
+        engine = GradientEngine(tm, session.device)
         names = engine.target.names
-        g = [grads[k].to(torch.float32) for k in names]
+        g = [grads[k].to(session.device, torch.float32) for k in names]
         params = dict(tm.model.named_parameters())
         idx = module_index(names)
         w = [(gi * params[k].detach()).abs() * o["tau"] ** idx[k] for gi, k in zip(g, names)]
-        gen = torch.Generator().manual_seed(ctx.seed)
-        xs = ((1 - o["alpha"]) * x + o["alpha"] * torch.rand(x.shape, generator=gen)).clamp(0, 1)
+        gen = torch.Generator().manual_seed(session.seed)
+        xs = ((1 - o["alpha"]) * x + o["alpha"] * torch.rand(x.shape, generator=gen).to(x.device)).clamp(0, 1)
         history = []
         for _ in range(o["iters"]):
             xs = xs.detach().requires_grad_(True)
@@ -95,4 +95,4 @@ class Refiner(Defense):
         self.info = {"critic_mean_D": pm_final, "distance_to_true_gradient": min(dist, o["eps"]) if projected else dist,
                      "refined_distance_before_projection": dist, "projected": projected,
                      "robust_data_mse": float(((xs - x) ** 2).mean()), "history": history}
-        return unflat(upload, {k: grads[k] for k in names})
+        return unflat(upload.cpu(), {k: grads[k] for k in names})

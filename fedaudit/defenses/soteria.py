@@ -15,7 +15,7 @@ from torch.func import functional_call
 from fedaudit.defenses import DEFENSES
 from fedaudit.defenses.base import Defense
 from fedaudit.errors import InputError
-from fedaudit.labels.base import MethodOption
+from fedaudit.methods import MethodOption
 from fedaudit.models.normalize import normalize
 from fedaudit.requirements import FINAL_WEIGHT_GRAD
 
@@ -26,11 +26,11 @@ def feature_scores(tm, images: torch.Tensor) -> torch.Tensor:
     model = tm.model
     head = dict(model.named_modules())[tm.final_layer]
     x = images.clone().requires_grad_(True)
-    captured = {}
+    captured: dict[str, torch.Tensor] = {}
     hook = head.register_forward_hook(lambda m, inp, out: captured.update(r=inp[0]))
     state = {k: v.detach() for k, v in model.named_parameters()}
     state.update({k: v.clone() for k, v in model.named_buffers()})
-    model.train(tm.meta.bn_mode == "train")
+    model.train(tm.train_bn)
     try:
         functional_call(model, state, (normalize(x, tm.spec),))
     finally:
@@ -47,11 +47,11 @@ def feature_scores(tm, images: torch.Tensor) -> torch.Tensor:
         norms = dx.flatten(2).norm(dim=2).double()  # [chunk, B]
         denom = r[:, feats].detach().abs().T.double()  # [chunk, B]
         ratio = torch.where(denom > 0, norms / denom.clamp_min(1e-300), torch.full_like(norms, float("inf")))
-        scores[feats] = ratio.sum(1)
+        scores[feats] = ratio.sum(1).cpu()
     return scores
 
 
-@DEFENSES.register("soteria")
+@DEFENSES.register
 class Soteria(Defense):
     name = "soteria"
     summary = "prune the output layer's gradient where its input representation leaks most (needs the batch)"
@@ -60,12 +60,12 @@ class Soteria(Defense):
     needs_batch = True
     options = (MethodOption("ratio", float, 0.5, "fraction of representation features whose gradient column is pruned"),)
 
-    def apply(self, tm, grads, ctx):
-        ratio = self.options["ratio"]
+    def apply(self, tm, grads, session, batch):
+        ratio = self.opts["ratio"]
         if not 0 <= ratio <= 1:
             raise InputError(f"soteria: ratio must be in [0, 1], got {ratio}")
         name = f"{tm.final_layer}.weight"
-        scores = feature_scores(tm, ctx.batch.images)
+        scores = feature_scores(tm, batch.images)
         k = int(round(ratio * len(scores)))
         pruned = torch.argsort(scores, stable=True)[:k]
         mask = torch.ones(len(scores))

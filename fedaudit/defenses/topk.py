@@ -8,10 +8,10 @@ from fedaudit.defenses import DEFENSES
 from fedaudit.defenses.base import Defense
 from fedaudit.defenses.magnitude import keep_largest
 from fedaudit.errors import InputError
-from fedaudit.labels.base import MethodOption
+from fedaudit.methods import MethodOption
 
 
-@DEFENSES.register("topk-sparsify")
+@DEFENSES.register
 class TopK(Defense):
     name = "topk-sparsify"
     summary = "upload only the largest-magnitude fraction of the gradient"
@@ -21,10 +21,10 @@ class TopK(Defense):
         MethodOption("scope", str, "global", "top-k over the whole gradient or per tensor", ("global", "per-tensor")),
     )
 
-    def apply(self, tm, grads, ctx):
-        keep = self.options["keep"]
+    def apply(self, tm, grads, session, batch):
+        keep = self.opts["keep"]
         if not 0 <= keep <= 1:
             raise InputError(f"topk-sparsify: keep must be in [0, 1], got {keep}")
-        out, zeroed = keep_largest(grads, keep, self.options["scope"])
+        out, zeroed = keep_largest(grads, keep, self.opts["scope"])
         self.info = {"zeroed_fraction": zeroed}
         return out

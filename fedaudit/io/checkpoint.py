@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import torch
 from torch import nn
@@ -25,6 +26,11 @@ class Checkpoint:
     sha256: str
     spec: ModelSpec
     model: nn.Module  # the architecture with the checkpoint's weights loaded, in eval mode, on CPU
+
+    @classmethod
+    def in_memory(cls, spec: ModelSpec, model: nn.Module) -> Checkpoint:
+        """A checkpoint that was never written (benchmarks and tests build models in memory)."""
+        return cls(Path("<memory>"), "", spec, model)
 
 
 def spec_metadata(spec: ModelSpec) -> dict[str, str]:
@@ -47,15 +53,16 @@ def save_checkpoint(path: str | Path, model: nn.Module, spec: ModelSpec) -> Path
 
 
 def read_spec(meta: Meta) -> ModelSpec:
-    shape = meta.ints("input_shape", required=True)
+    # required=True raises on a missing key, so none of these is None
+    shape = cast(tuple[int, ...], meta.ints("input_shape", required=True))
     if len(shape) != 3:
         raise InputError(f"{meta.source}: metadata fedaudit.input_shape must be [C,H,W], got {list(shape)}")
     return ModelSpec(
-        arch=meta.str("arch", required=True),
+        arch=cast(str, meta.str("arch", required=True)),
         num_classes=meta.int("num_classes", required=True, minimum=2),
-        input_shape=tuple(shape),
-        mean=meta.floats("mean", required=True),
-        std=meta.floats("std", required=True),
+        input_shape=(shape[0], shape[1], shape[2]),
+        mean=cast(tuple[float, ...], meta.floats("mean", required=True)),
+        std=cast(tuple[float, ...], meta.floats("std", required=True)),
         kwargs=meta.json("arch_kwargs", default={}, kind=dict),
     )
 

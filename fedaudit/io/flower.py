@@ -30,7 +30,7 @@ def read_npz_list(path: str | Path) -> list[np.ndarray]:
             index = {k: int(m.group(1)) for k in keys if (m := re.search(r"(\d+)$", k))}
             if len(index) != len(keys) or sorted(index.values()) != list(range(len(keys))):
                 raise InputError(f"arrays {str(p)!r}: keys {keys[:4]}... are not a positional list (arr_0, arr_1, ...)")
-            return [npz[k] for k in sorted(keys, key=index.get)]
+            return [npz[k] for k in sorted(keys, key=lambda k: index[k])]
     except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
         raise InputError(f"arrays {str(p)!r} is not a readable .npz of numeric arrays (pickled objects are refused): {exc}") from None
 

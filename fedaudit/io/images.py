@@ -40,9 +40,8 @@ def _fit(img: Image.Image, size: tuple[int, int], resize: bool, name: str) -> Im
 def _load_file(path: Path, input_shape, resize: bool) -> torch.Tensor:
     c, h, w = input_shape
     try:
-        with Image.open(path) as img:
-            img = img.convert("L" if c == 1 else "RGB")
-            img = _fit(img, (h, w), resize, path.name)
+        with Image.open(path) as src:
+            img = _fit(src.convert("L" if c == 1 else "RGB"), (h, w), resize, path.name)
             arr = np.asarray(img, dtype=np.float32) / 255.0
     except (UnidentifiedImageError, OSError) as exc:
         raise InputError(f"cannot read image {str(path)!r}: {exc}") from None
@@ -110,7 +109,7 @@ def parse_labels(text: str | None, batch: ImageBatch, num_classes: int) -> torch
         missing = [nm for nm, m in zip(batch.names, found) if m is None]
         if missing:
             raise InputError(f"--labels names: file name {missing[0]!r} does not end in a class number")
-        labels = torch.tensor([int(m.group(1)) for m in found])
+        labels = torch.tensor([int(m.group(1)) for m in found if m is not None])
     else:
         try:
             labels = torch.tensor([int(v) for v in text.replace(" ", "").split(",") if v != ""])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import json
 from typing import Any
 
@@ -14,17 +15,17 @@ SCHEMA_VERSION = "1"
 class Meta:
     """A view over a metadata map that turns each bad value into one clear InputError."""
 
-    def __init__(self, raw: dict[str, str], source: str):
+    def __init__(self, raw: dict[builtins.str, builtins.str], source: builtins.str):
         self.raw = raw
         self.source = source
 
-    def _err(self, key: str, msg: str) -> InputError:
+    def _err(self, key: builtins.str, msg: builtins.str) -> InputError:
         return InputError(f"{self.source}: metadata {NS}{key} {msg}")
 
-    def has(self, key: str) -> bool:
+    def has(self, key: builtins.str) -> bool:
         return NS + key in self.raw
 
-    def str(self, key: str, default: str | None = None, required: bool = False) -> str | None:
+    def str(self, key: builtins.str, default: builtins.str | None = None, required: bool = False) -> builtins.str | None:
         value = self.raw.get(NS + key)
         if value is None:
             if required:
@@ -32,13 +33,13 @@ class Meta:
             return default
         return value
 
-    def choice(self, key: str, choices: tuple[str, ...], default: str | None = None, required: bool = False):
+    def choice(self, key: builtins.str, choices: tuple[builtins.str, ...], default: builtins.str | None = None, required: bool = False):
         value = self.str(key, default, required)
         if value is not None and value not in choices:
             raise self._err(key, f"is {value!r}; expected one of {', '.join(choices)}")
         return value
 
-    def int(self, key: str, default: int | None = None, required: bool = False, minimum: int | None = None):
+    def int(self, key: builtins.str, default: builtins.int | None = None, required: bool = False, minimum: builtins.int | None = None):
         value = self.str(key, None, required)
         if value is None:
             return default
@@ -50,7 +51,7 @@ class Meta:
             raise self._err(key, f"is {out}; must be >= {minimum}")
         return out
 
-    def float(self, key: str, default: float | None = None, required: bool = False, positive: bool = False):
+    def float(self, key: builtins.str, default: builtins.float | None = None, required: bool = False, positive: bool = False):
         value = self.str(key, None, required)
         if value is None:
             return default
@@ -64,7 +65,7 @@ class Meta:
             raise self._err(key, f"is {out}; must be > 0")
         return out
 
-    def json(self, key: str, default: Any = None, required: bool = False, kind: type | None = None):
+    def json(self, key: builtins.str, default: Any = None, required: bool = False, kind: type | None = None):
         value = self.str(key, None, required)
         if value is None:
             return default
@@ -76,7 +77,7 @@ class Meta:
             raise self._err(key, f"must be a JSON {kind.__name__}")
         return out
 
-    def floats(self, key: str, required: bool = False) -> tuple[float, ...] | None:
+    def floats(self, key: builtins.str, required: bool = False) -> tuple[builtins.float, ...] | None:
         value = self.json(key, required=required)
         if value is None:
             return None
@@ -86,7 +87,7 @@ class Meta:
             raise self._err(key, "must be a number or a JSON list of numbers")
         return tuple(float(v) for v in value)
 
-    def ints(self, key: str, required: bool = False) -> tuple[int, ...] | None:
+    def ints(self, key: builtins.str, required: bool = False) -> tuple[builtins.int, ...] | None:
         value = self.json(key, required=required)
         if value is None:
             return None

@@ -20,6 +20,11 @@ class Truth:
     names: list[str]
     update_sha256: str | None = None
 
+    def step_labels(self, local_steps: int) -> torch.Tensor:
+        """The labels behind the averaged gradient: each local step's batch, in order (batches cycle)."""
+        batches = int(self.step.max()) + 1
+        return torch.cat([self.labels[self.step == k % batches] for k in range(local_steps)])
+
 
 def save_truth(path: str | Path, truth: Truth) -> Path:
     meta = encode({"schema_version": SCHEMA_VERSION, "file": "truth", "update_sha256": truth.update_sha256,

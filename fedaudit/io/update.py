@@ -1,6 +1,6 @@
 """The recorded-update file: tensors keyed by ``state_dict`` names, metadata under ``fedaudit.*``.
 
-See DESIGN.md. Absent tensors mean "not shared" (restricted sharing); extra tensors are an error.
+See docs/formats.md. Absent tensors mean "not shared" (restricted sharing); extra tensors are an error.
 """
 
 from __future__ import annotations

@@ -6,5 +6,15 @@ LABEL_METHODS: Registry = Registry("label method")
 
 # registration (order = the order of ``fedaudit labels --help``)
 from fedaudit.labels import (  # noqa: E402,F401
-    idlg, yin, llg, llg_plus, zlg, ilrg, bias_count, fedleak, hfgi, gdbr, auto,
+    auto,
+    bias_count,
+    fedleak,
+    gdbr,
+    hfgi,
+    idlg,
+    ilrg,
+    llg,
+    llg_plus,
+    yin,
+    zlg,
 )

@@ -14,11 +14,10 @@ Methods that take auxiliary data use ``--aux`` when given, Gaussian dummies othe
 
 from __future__ import annotations
 
-import dataclasses
-
 from fedaudit.labels import LABEL_METHODS
-from fedaudit.labels.base import LabelContext, LabelMethod, LabelResult
-from fedaudit.labels.features import dummy_aux, head_stats
+from fedaudit.labels.base import LabelMethod, LabelResult
+from fedaudit.labels.features import head_stats
+from fedaudit.session import Aux, Session
 from fedaudit.threat_model import ThreatModel
 
 DUMMIES = 500
@@ -27,49 +26,51 @@ UNTRAINED = ("bias-count", "zlg", "ilrg", "llg", "hfgi", "fedleak", "gdbr")
 TRAINED = ("llg", "hfgi", "zlg", "bias-count", "ilrg", "fedleak", "gdbr")
 
 
-def softmax_spread(tm: ThreatModel, ctx: LabelContext) -> float:
-    aux = ctx.aux if ctx.aux is not None else dummy_aux(tm, DUMMIES, ctx.seed)
+def softmax_spread(tm: ThreatModel, session: Session) -> float:
+    aux = session.aux if session.aux is not None else Aux.dummies(tm.spec, DUMMIES, session.seed)
     _, p = head_stats(tm, aux.images, normalized=aux.normalized)
     return float(0.5 * (p - p.mean(0)).abs().sum(1).mean())
 
 
-def _candidates(tm: ThreatModel, ctx: LabelContext, spread: float | None):
-    """(name, method class, context) in order of preference, each with that method's default options."""
-    single = (ctx.batch_size or tm.batch_size) == 1 and tm.meta.local_steps == 1
-    order = ("idlg",) if single else ()
+def _candidates(tm: ThreatModel, session: Session, spread: float | None):
+    """(name, method class, session) in order of preference; methods that take aux data get dummies when the
+    session has none."""
+    single = tm.batch_size == 1 and tm.meta.local_steps == 1
+    order: tuple[str, ...] = ("idlg",) if single else ()
     order += UNTRAINED if spread is None or spread < SPREAD_THRESHOLD else TRAINED
     for name in order:
         method = LABEL_METHODS.get(name)
-        aux = ctx.aux if ctx.aux is not None or method.aux != "optional" else dummy_aux(tm, DUMMIES, ctx.seed)
-        yield name, method, dataclasses.replace(ctx, aux=aux, options={o.name: o.default for o in method.options})
+        use_dummies = session.aux is None and method.aux == "optional"
+        yield name, method, session.replace(aux=Aux.dummies(tm.spec, DUMMIES, session.seed)) if use_dummies else session
 
 
-@LABEL_METHODS.register("auto")
+@LABEL_METHODS.register
 class Auto(LabelMethod):
     name = "auto"
     summary = "the best method applicable to this update (says which it chose and why)"
-    paper = "see the README's label-recovery benchmark"
+    paper = "see docs/results/labels.md"
 
     @classmethod
-    def why_not(cls, tm: ThreatModel, ctx: LabelContext | None = None) -> list[str]:
-        ctx = ctx or LabelContext()
+    def why_not(cls, tm: ThreatModel, session: Session | None = None) -> list[str]:
+        session = session or Session()
         reasons = []
-        for name, method, sub in _candidates(tm, ctx, None):
+        for name, method, sub in _candidates(tm, session, None):
             why = method.why_not(tm, sub)
             if not why:
                 return []
             reasons.append(f"{name}: {'; '.join(why)}")
         return ["no label method applies (" + " | ".join(reasons) + ")"]
 
-    def run(self, tm: ThreatModel, ctx: LabelContext) -> LabelResult:
-        spread = softmax_spread(tm, ctx) if tm.final_layer else None
-        for name, method, sub in _candidates(tm, ctx, spread):
+    def run(self, tm: ThreatModel, session: Session) -> LabelResult:
+        spread = softmax_spread(tm, session) if tm.final_layer else None
+        for name, method, sub in _candidates(tm, session, spread):
             if not method.why_not(tm, sub):
-                result = method().run(tm, sub)
+                chosen = method()
+                result = chosen.run(tm, sub)
                 regime = "input-independent outputs" if spread is not None and spread < SPREAD_THRESHOLD else "trained-like outputs"
                 result.diagnostics = {"chosen": name, "softmax_spread": spread, "regime": regime,
-                                      "chosen_options": sub.options, "aux": sub.aux.kind if sub.aux else None,
+                                      "chosen_options": chosen.opts, "aux": sub.aux.kind if sub.aux else None,
                                       **result.diagnostics}
                 return result
-        self.check_applicable(tm, ctx)
+        self.check_applicable(tm, session)
         raise AssertionError("unreachable")

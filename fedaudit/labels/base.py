@@ -1,12 +1,13 @@
 """What every label-recovery method shares: its result, its inputs beyond the ThreatModel, its options.
 
-Notation (shared/specs/gdbr.md): B batch size, C classes, G = dL/dW of the output layer (C x M, mean-reduced
+Notation (docs/methods/labels.md): B batch size, C classes, G = dL/dW of the output layer (C x M, mean-reduced
 cross-entropy), gb = dL/db of the output layer, g_i = sum_m G[i, m] (row sums).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -14,41 +15,9 @@ import torch
 
 from fedaudit.errors import InputError, NotApplicable
 from fedaudit.methods import Method
-from fedaudit.requirements import BATCH_SIZE, unmet
+from fedaudit.requirements import unmet
+from fedaudit.session import Aux, Session
 from fedaudit.threat_model import ThreatModel
-
-
-@dataclass(frozen=True)
-class MethodOption:
-    """A method-specific option; the CLI turns each into ``--name`` on that method's subcommand."""
-
-    name: str
-    type: type
-    default: Any
-    help: str
-    choices: tuple[str, ...] | None = None
-
-
-@dataclass
-class Aux:
-    """Auxiliary inputs the server holds (public images, or Gaussian dummies); labels when known."""
-
-    images: torch.Tensor  # [N, C, H, W] in [0,1] (dummies: N(0,1) in normalised space, already normalised)
-    labels: torch.Tensor | None
-    kind: str  # "images" | "dummy"
-    normalized: bool = False  # dummies are drawn directly in the network's input space
-
-
-@dataclass
-class LabelContext:
-    aux: Aux | None = None
-    seed: int = 0
-    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
-    options: dict[str, Any] = field(default_factory=dict)
-    batch_size: int | None = None  # --batch-size override when the metadata lacks it
-
-    def opt(self, name: str):
-        return self.options[name]
 
 
 @dataclass
@@ -66,48 +35,60 @@ class LabelResult:
 
 class LabelMethod(Method):
     """A registered label-recovery method. ``counts_capable`` methods estimate how many samples carry each
-    class (duplicates, B > C); the others recover which classes are present."""
+    class (duplicates, B > C); the others recover which classes are present. An instance holds its options;
+    ``run`` reads the aux data and the seed from the session."""
 
     counts_capable: ClassVar[bool] = True
     aux: ClassVar[str] = "none"  # "none" | "optional" (aux or --dummy) | "required" | "labelled" (aux with labels)
-    options: ClassVar[tuple[MethodOption, ...]] = ()
+
+    def __init__(self, options: Mapping[str, Any] | None = None):
+        self.opts = self.parse_options(options)
+
+    def opt(self, name: str) -> Any:
+        return self.opts[name]
+
+    @staticmethod
+    def aux_of(session: Session) -> Aux:
+        """The session's aux data (methods that take it are checked for it before they run)."""
+        if session.aux is None:
+            raise NotApplicable("needs auxiliary images (--aux) or Gaussian dummies (--dummy)")
+        return session.aux
 
     @classmethod
-    def why_not(cls, tm: ThreatModel, ctx: LabelContext | None = None) -> list[str]:
-        needs = [r for r in cls.requires if not (r is BATCH_SIZE and ctx is not None and ctx.batch_size)]
-        reasons = unmet(needs, tm)
-        if ctx is not None:
-            if cls.aux in ("required", "labelled") and (ctx.aux is None or ctx.aux.kind != "images"):
+    def why_not(cls, tm: ThreatModel, session: Session | None = None) -> list[str]:
+        reasons = unmet(cls.requires, tm)
+        if session is not None:
+            aux = session.aux
+            if cls.aux in ("required", "labelled") and (aux is None or aux.kind != "images"):
                 reasons.append(f"needs auxiliary images (--aux){' with labels' if cls.aux == 'labelled' else ''}")
-            elif cls.aux == "optional" and ctx.aux is None:
+            elif cls.aux == "optional" and aux is None:
                 reasons.append("needs auxiliary images (--aux) or Gaussian dummies (--dummy)")
-            elif cls.aux == "labelled" and ctx.aux is not None and ctx.aux.labels is None:
+            elif cls.aux == "labelled" and aux is not None and aux.labels is None:
                 reasons.append("needs labelled auxiliary images (--aux-labels, or a 'labels' tensor)")
         return reasons
 
     @classmethod
-    def check_applicable(cls, tm: ThreatModel, ctx: LabelContext | None = None) -> None:
-        reasons = cls.why_not(tm, ctx)
+    def check_applicable(cls, tm: ThreatModel, session: Session | None = None) -> None:
+        reasons = cls.why_not(tm, session)
         if reasons:
             raise NotApplicable(f"{cls.name}: " + "; ".join(reasons))
 
-    def run(self, tm: ThreatModel, ctx: LabelContext) -> LabelResult:
+    def run(self, tm: ThreatModel, session: Session) -> LabelResult:
         raise NotImplementedError
 
 
-def samples_in_update(tm: ThreatModel, ctx: LabelContext) -> int:
+def samples_in_update(tm: ThreatModel) -> int:
     """How many per-sample gradients the averaged gradient mixes: B for FedSGD, B*K for K local steps
     (each step's batch gradient is one term of g_hat; see fedaudit/conversion.py)."""
-    batch = ctx.batch_size or tm.batch_size
-    if not batch:
+    if not tm.batch_size:
         raise InputError("the update does not record fedaudit.batch_size; pass --batch-size")
-    return batch * tm.meta.local_steps
+    return tm.batch_size * tm.meta.local_steps
 
 
 def integer_counts(raw: torch.Tensor, total: int) -> torch.Tensor:
     """Project float counts onto non-negative integers summing to ``total``.
 
-    Rule (shared/specs/gdbr.md section 7.1, ZLG style): clip at 0, floor, then give the remaining samples to
+    Rule (ZLG style; docs/methods/labels.md): clip at 0, floor, then give the remaining samples to
     the largest fractional parts; if the floors already exceed ``total``, take samples back from the classes
     whose floor overshoots their raw value the least (smallest fractional part first). The raw floats are
     always reported beside the integers.

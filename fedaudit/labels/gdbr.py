@@ -1,7 +1,7 @@
 """GDBR (Zhang, Chow, Li: "Building Gradient Bridges"): label counts when the output layer's gradient is withheld.
 
 From one earlier layer's shared weight gradient (default: the penultimate, the layer feeding the output layer),
-bridge to the logits' gradient (shared/specs/gdbr.md 2.3-2.4):
+bridge to the logits' gradient (docs/methods/labels.md, Derivations):
   s_k = <gradW_bar^[1]_k, W^[1]_k>  (+ b_k * gradb_k when that layer has a bias and its gradient is shared, 2.7)
   grada^[1] ~= s / a~                      (Eq. 17; a~ = aux mean post-ReLU output, zeros -> mean of non-zeros)
   W^[l]T gradz^[l] = gradx^[l]  by float64 least squares, l = 2..L   (Eqs. 18-19; ReLU masks ignored)
@@ -23,9 +23,11 @@ from torch import fx, nn
 
 from fedaudit.errors import NotApplicable
 from fedaudit.labels import LABEL_METHODS
-from fedaudit.labels.base import LabelContext, LabelMethod, LabelResult, MethodOption, integer_counts, samples_in_update
+from fedaudit.labels.base import LabelMethod, LabelResult, integer_counts, samples_in_update
 from fedaudit.labels.features import head_stats
+from fedaudit.methods import MethodOption
 from fedaudit.requirements import BATCH_SIZE, Requirement
+from fedaudit.session import Session
 from fedaudit.threat_model import ThreatModel
 
 _RELU = (nn.ReLU, F.relu, torch.relu, "relu")
@@ -40,7 +42,7 @@ class Chain:
 
 def _kind(node: fx.Node, modules: dict[str, nn.Module]):
     if node.op == "call_module":
-        return type(modules[node.target])
+        return type(modules[str(node.target)])
     if node.op in ("call_function", "call_method"):
         return node.target
     return node.op
@@ -104,7 +106,7 @@ def _shared_grad(tm: ThreatModel) -> str | None:
 SHARED_LAYER_GRAD = Requirement("gdbr_layer_grad", "a ReLU(Linear) chain to the output and its first layer's weight gradient", _shared_grad)
 
 
-@LABEL_METHODS.register("gdbr")
+@LABEL_METHODS.register
 class GDBR(LabelMethod):
     name = "gdbr"
     summary = "bridges from an earlier layer's gradient to the logits' gradient when the output layer is withheld"
@@ -116,15 +118,15 @@ class GDBR(LabelMethod):
         MethodOption("ignore-assumptions", bool, False, "run even when the architecture violates GDBR's assumptions (flagged)"),
     )
 
-    def run(self, tm: ThreatModel, ctx: LabelContext) -> LabelResult:
+    def run(self, tm: ThreatModel, session: Session) -> LabelResult:
         modules = dict(tm.model.named_modules())
-        chain = trace_chain(tm.model, tm.final_layer, ctx.opt("layer") or None)
+        chain = trace_chain(tm.model, tm.output_layer, self.opt("layer") or None)
         violations = list(chain.violations)
         first = modules[chain.layers[0]] if len(chain.layers) >= 2 else None
         if first is None:
             raise NotApplicable("gdbr: assumptions violated: " + "; ".join(violations))
         w1 = first.weight.detach().double().cpu()
-        g1 = tm.grad(f"{chain.layers[0]}.weight").double().cpu()
+        g1 = tm.shared_grad(f"{chain.layers[0]}.weight").double().cpu()
         s = (g1 * w1).flatten(1).sum(1)
         if first.bias is not None:
             gb1 = tm.grad(f"{chain.layers[0]}.bias")
@@ -136,10 +138,11 @@ class GDBR(LabelMethod):
             w = modules[name].weight
             if w.shape[0] > w.shape[1]:
                 violations.append(f"{name} widens ({w.shape[1]} -> {w.shape[0]}): W W^T is singular")
-        captured = {}
+        captured: dict[str, list[torch.Tensor]] = {}
         hook = first.register_forward_hook(lambda m, i, o: captured.setdefault("a", []).append(torch.relu(o.detach())))
         try:
-            _, p = head_stats(tm, ctx.aux.images, normalized=ctx.aux.normalized)
+            aux = self.aux_of(session)
+            _, p = head_stats(tm, aux.images, normalized=aux.normalized)
         finally:
             hook.remove()
         a = torch.cat(captured["a"]).double().cpu()
@@ -150,7 +153,7 @@ class GDBR(LabelMethod):
         if len(nonzero) == 0:
             violations.append(f"every aux activation after {chain.layers[0]} is zero")
         a_mean = torch.where(a_mean > 0, a_mean, nonzero.mean() if len(nonzero) else torch.tensor(1.0, dtype=torch.float64))
-        if violations and not ctx.opt("ignore-assumptions"):
+        if violations and not self.opt("ignore-assumptions"):
             raise NotApplicable("gdbr: assumptions violated: " + "; ".join(violations))
         grad = s / a_mean  # Eq. 17
         ranks = {}
@@ -158,10 +161,10 @@ class GDBR(LabelMethod):
             w = modules[name].weight.detach().double().cpu()
             ranks[name] = int(torch.linalg.matrix_rank(w))
             grad = torch.linalg.lstsq(w.T, grad.unsqueeze(1)).solution.squeeze(1)  # Eqs. 18-19
-        b = samples_in_update(tm, ctx)
+        b = samples_in_update(tm)
         raw = b * (p.mean(0) - grad)  # Eq. 21
         result = LabelResult(raw, integer_counts(raw, b), {
-            "chain": chain.layers, "sum_logit_grad": float(grad.sum()), "ranks": ranks, "aux": ctx.aux.kind,
+            "chain": chain.layers, "sum_logit_grad": float(grad.sum()), "ranks": ranks, "aux": aux.kind,
             "assumptions_violated": violations})
         if violations:
             result.warnings.append("assumptions violated (run with --ignore-assumptions): " + "; ".join(violations))

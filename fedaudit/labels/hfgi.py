@@ -7,20 +7,24 @@
 * Evolution (steps 1-4): population 20, 200 generations, uniform crossover p_r = 0.5 with a random partner
   (possibly itself), a +-1 mutation, the child replaces its parent only if strictly fitter. Every operator is
   followed by Rs (scale to sum N, floor with minimum 1, last entry takes the rest) and a repair step.
-Guards for the official code's bugs (shared/specs/hfgi.md 2.4): nc = 1 gets all N; nc = N gets ones; nc = 0
+Guards for the official code's bugs (docs/methods/labels.md): nc = 1 gets all N; nc = N gets ones; nc = 0
 falls back to the N lowest row means' classes; nc > N keeps the N most negative classes; Phi3 can no longer
 drive the last entry <= 0; the mutation never breaks the sum; the search is seeded.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 
 from fedaudit.labels import LABEL_METHODS
-from fedaudit.labels.base import LabelContext, LabelMethod, LabelResult, MethodOption, samples_in_update
+from fedaudit.labels.base import LabelMethod, LabelResult, samples_in_update
 from fedaudit.labels.features import aux_stats
+from fedaudit.methods import MethodOption
 from fedaudit.requirements import BATCH_SIZE, FINAL_WEIGHT_GRAD
+from fedaudit.session import Session
 from fedaudit.threat_model import ThreatModel
 
 
@@ -70,7 +74,7 @@ def evolve(nc: int, total: int, hbar_t, s_t, rng, population=20, generations=200
     return pop[best], fit[best]
 
 
-@LABEL_METHODS.register("hfgi")
+@LABEL_METHODS.register
 class HFGI(LabelMethod):
     name = "hfgi"
     summary = "negative row means give the classes; a CV-guided evolutionary search gives their counts"
@@ -84,9 +88,9 @@ class HFGI(LabelMethod):
         MethodOption("crossover", float, 0.5, "p_r: probability of keeping the parent's entry"),
     )
 
-    def run(self, tm: ThreatModel, ctx: LabelContext) -> LabelResult:
-        n, c = samples_in_update(tm, ctx), tm.spec.num_classes
-        g = tm.final_weight_grad.double().flatten(1).cpu()
+    def run(self, tm: ThreatModel, session: Session) -> LabelResult:
+        n, c = samples_in_update(tm), tm.spec.num_classes
+        g = tm.output_grad("weight").double().flatten(1).cpu()
         row_mean = g.mean(1)
         present = torch.nonzero(row_mean < 0).flatten()
         warnings = []
@@ -97,20 +101,21 @@ class HFGI(LabelMethod):
             present = present[torch.argsort(row_mean[present], stable=True)[:n]].sort().values
             warnings.append(f"{len(present)} negative classes for {n} samples; kept the {n} most negative")
         nc = len(present)
-        diag = {"coarse_set": present.tolist()}
+        diag: dict[str, Any] = {"coarse_set": present.tolist()}
         if nc == 1 or nc == n:
             v, fit = np.full(nc, n // nc, dtype=np.int64), None
         else:
-            h, _ = aux_stats(tm, ctx)
+            aux = self.aux_of(session)
+            h, _ = aux_stats(tm, aux)
             hs = torch.sort(h, dim=1).values
             mean = hs.mean(0)
             cv = hs.std(0, unbiased=True) / mean.clamp_min(1e-12)
-            t = torch.argsort(cv, stable=True)[: ctx.opt("positions")]
+            t = torch.argsort(cv, stable=True)[: self.opt("positions")]
             s = torch.sort(g[present].abs(), dim=1).values
-            rng = np.random.default_rng(ctx.seed)
-            v, fit = evolve(nc, n, mean[t].numpy(), s[:, t].numpy(), rng, ctx.opt("population"),
-                            ctx.opt("generations"), ctx.opt("crossover"))
-            diag.update(positions=t.tolist(), aux=ctx.aux.kind)
+            rng = np.random.default_rng(session.seed)
+            v, fit = evolve(nc, n, mean[t].numpy(), s[:, t].numpy(), rng, self.opt("population"),
+                            self.opt("generations"), self.opt("crossover"))
+            diag.update(positions=t.tolist(), aux=aux.kind)
         counts = torch.zeros(c, dtype=torch.long)
         counts[present] = torch.from_numpy(np.asarray(v, dtype=np.int64))
         result = LabelResult(counts.double(), counts, {**diag, "fitness": fit})

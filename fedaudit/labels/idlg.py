@@ -11,13 +11,14 @@ from __future__ import annotations
 import torch
 
 from fedaudit.labels import LABEL_METHODS
-from fedaudit.labels.base import LabelContext, LabelMethod, LabelResult, set_result
+from fedaudit.labels.base import LabelMethod, LabelResult, set_result
 from fedaudit.labels.features import output_weight_grad_rowsums
 from fedaudit.requirements import FINAL_LAYER_GRAD
+from fedaudit.session import Session
 from fedaudit.threat_model import ThreatModel
 
 
-@LABEL_METHODS.register("idlg")
+@LABEL_METHODS.register
 class IDLG(LabelMethod):
     name = "idlg"
     summary = "signs of the output-layer gradient; exact for a batch of one, the set of classes otherwise"
@@ -25,11 +26,11 @@ class IDLG(LabelMethod):
     requires = (FINAL_LAYER_GRAD,)
     counts_capable = False
 
-    def run(self, tm: ThreatModel, ctx: LabelContext) -> LabelResult:
+    def run(self, tm: ThreatModel, session: Session) -> LabelResult:
         gb = tm.final_bias_grad
         score, source = (gb.double(), "bias gradient") if gb is not None else (output_weight_grad_rowsums(tm), "weight-gradient row sums")
         present = torch.nonzero(score < 0).flatten()
-        batch = ctx.batch_size or tm.batch_size
+        batch = tm.batch_size
         if batch == 1 and tm.meta.local_steps == 1:
             present = torch.argmin(score).view(1)  # exactly one negative entry in theory; argmin is robust to ties
         return set_result(present, tm.spec.num_classes, source=source, negative_classes=int((score < 0).sum()),

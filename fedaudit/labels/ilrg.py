@@ -13,26 +13,27 @@ from __future__ import annotations
 import torch
 
 from fedaudit.labels import LABEL_METHODS
-from fedaudit.labels.base import LabelContext, LabelMethod, LabelResult, integer_counts, samples_in_update
+from fedaudit.labels.base import LabelMethod, LabelResult, integer_counts, samples_in_update
 from fedaudit.requirements import BATCH_SIZE, FINAL_BIAS_GRAD, FINAL_WEIGHT_GRAD
+from fedaudit.session import Session
 from fedaudit.threat_model import ThreatModel
 
 TINY = 1e-30
 
 
-@LABEL_METHODS.register("ilrg")
+@LABEL_METHODS.register
 class ILRG(LabelMethod):
     name = "ilrg"
     summary = "solve a linear system on class-mean embeddings G/gb and their softmax (needs the output bias gradient)"
     paper = "Ma et al. 2023, iLRG"
     requires = (FINAL_WEIGHT_GRAD, FINAL_BIAS_GRAD, BATCH_SIZE)
 
-    def run(self, tm: ThreatModel, ctx: LabelContext) -> LabelResult:
-        b = samples_in_update(tm, ctx)
+    def run(self, tm: ThreatModel, session: Session) -> LabelResult:
+        b = samples_in_update(tm)
         head = dict(tm.model.named_modules())[tm.final_layer]
         w, bias = head.weight.detach().double().cpu(), head.bias.detach().double().cpu()
-        g = tm.final_weight_grad.double().cpu()
-        gb = tm.final_bias_grad.double().cpu()
+        g = tm.output_grad("weight").double().cpu()
+        gb = tm.output_grad("bias").double().cpu()
         safe = torch.where(gb.abs() < TINY, torch.where(gb < 0, -TINY, TINY), gb)
         emb = g / safe[:, None]
         probs = torch.softmax(emb @ w.T + bias, dim=1)  # [class whose embedding, output class]

@@ -11,9 +11,10 @@ from __future__ import annotations
 import torch
 
 from fedaudit.labels import LABEL_METHODS
-from fedaudit.labels.base import LabelContext, LabelMethod, LabelResult, list_result, samples_in_update
+from fedaudit.labels.base import LabelMethod, LabelResult, list_result, samples_in_update
 from fedaudit.labels.features import output_weight_grad_rowsums
 from fedaudit.requirements import BATCH_SIZE, FINAL_WEIGHT_GRAD
+from fedaudit.session import Session
 from fedaudit.threat_model import ThreatModel
 
 
@@ -35,16 +36,16 @@ def greedy_counts(g: torch.Tensor, h1: torch.Tensor, impact: torch.Tensor | floa
     return labels
 
 
-@LABEL_METHODS.register("llg")
+@LABEL_METHODS.register
 class LLG(LabelMethod):
     name = "llg"
     summary = "row-sum signs plus an impact estimated from the gradient itself; handles duplicates"
     paper = "Wainakh et al. 2022, LLG"
     requires = (FINAL_WEIGHT_GRAD, BATCH_SIZE)
 
-    def run(self, tm: ThreatModel, ctx: LabelContext) -> LabelResult:
+    def run(self, tm: ThreatModel, session: Session) -> LabelResult:
         g = output_weight_grad_rowsums(tm)
-        b, c = samples_in_update(tm, ctx), tm.spec.num_classes
+        b, c = samples_in_update(tm), tm.spec.num_classes
         h1 = torch.nonzero(g < 0).flatten()
         if len(h1) == 0:  # LLG assumes non-negative features; fall back to a magnitude-based impact
             result = list_result(greedy_counts(g, h1, -g.abs().mean() / b, b), c, impact=None)

@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import torch
 
+from fedaudit.errors import NotApplicable
 from fedaudit.labels import LABEL_METHODS
-from fedaudit.labels.base import LabelContext, LabelMethod, LabelResult, MethodOption, samples_in_update
+from fedaudit.labels.base import LabelMethod, LabelResult, samples_in_update
 from fedaudit.labels.features import head_stats, output_weight_grad_rowsums
 from fedaudit.labels.llg import greedy_counts
+from fedaudit.methods import MethodOption
 from fedaudit.requirements import BATCH_SIZE, FINAL_WEIGHT_GRAD
+from fedaudit.session import Session
 from fedaudit.threat_model import ThreatModel
 
 
@@ -29,7 +32,7 @@ def class_rowsums(tm: ThreatModel, images: torch.Tensor, cls: int, normalized: b
     return ((p - y) * h.sum(1, keepdim=True)).mean(0)
 
 
-@LABEL_METHODS.register("llg-plus")
+@LABEL_METHODS.register
 class LLGPlus(LabelMethod):
     name = "llg-plus"
     summary = "LLG with impact and offsets measured on labelled aux images (LLG* with --dummy)"
@@ -42,24 +45,27 @@ class LLGPlus(LabelMethod):
     )
 
     @classmethod
-    def why_not(cls, tm, ctx=None):
-        reasons = super().why_not(tm, ctx)
-        if ctx is not None and ctx.aux is not None and ctx.aux.kind == "dummy":  # LLG*: dummies are labelled
+    def why_not(cls, tm, session=None):
+        reasons = super().why_not(tm, session)
+        if session is not None and session.aux is not None and session.aux.kind == "dummy":  # LLG*: dummies are labelled
             reasons = [r for r in reasons if "auxiliary images" not in r]
         return reasons
 
-    def run(self, tm: ThreatModel, ctx: LabelContext) -> LabelResult:
-        b, c = samples_in_update(tm, ctx), tm.spec.num_classes
-        aux = ctx.aux
-        gen = torch.Generator().manual_seed(ctx.seed)
+    def run(self, tm: ThreatModel, session: Session) -> LabelResult:
+        b, c = samples_in_update(tm), tm.spec.num_classes
+        aux = self.aux_of(session)
+        if aux.labels is None:
+            raise NotApplicable("llg-plus: needs labelled auxiliary images (--aux-labels, or a 'labels' tensor)")
+        aux_labels = aux.labels
+        gen = torch.Generator().manual_seed(session.seed)
         sums = torch.zeros(c, c, dtype=torch.float64)  # sums[i] = mean row sums of class-i batches
         seen = torch.zeros(c, dtype=torch.bool)
         for i in range(c):
-            pool = torch.nonzero(aux.labels == i).flatten()
+            pool = torch.nonzero(aux_labels == i).flatten()
             if len(pool) == 0:
                 continue
             reps = [class_rowsums(tm, aux.images[pool[torch.randint(len(pool), (b,), generator=gen)]], i, aux.normalized)
-                    for _ in range(ctx.opt("repeats"))]
+                    for _ in range(self.opt("repeats"))]
             sums[i], seen[i] = torch.stack(reps).mean(0), True
         if seen.sum() < 2:
             raise ValueError("llg-plus needs auxiliary samples of at least two classes")
@@ -69,7 +75,7 @@ class LLGPlus(LabelMethod):
         per_class = torch.where(seen, per_class, per_class[seen].mean())  # classes without aux: the mean impact
         g = output_weight_grad_rowsums(tm).cpu()
         h1 = torch.nonzero(g < 0).flatten()
-        impact = per_class if ctx.opt("impact") == "per-class" else float(per_class.mean() * (1 + 1 / c))
+        impact = per_class if self.opt("impact") == "per-class" else float(per_class.mean() * (1 + 1 / c))
         labels = greedy_counts(g - offset, h1, impact, b)
         counts = torch.bincount(torch.tensor(labels), minlength=c)
         raw = ((g - offset) / per_class).clamp_min(0)

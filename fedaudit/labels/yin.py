@@ -9,12 +9,13 @@ from __future__ import annotations
 import torch
 
 from fedaudit.labels import LABEL_METHODS
-from fedaudit.labels.base import LabelContext, LabelMethod, LabelResult, samples_in_update, set_result
+from fedaudit.labels.base import LabelMethod, LabelResult, samples_in_update, set_result
 from fedaudit.requirements import BATCH_SIZE, FINAL_WEIGHT_GRAD
+from fedaudit.session import Session
 from fedaudit.threat_model import ThreatModel
 
 
-@LABEL_METHODS.register("yin")
+@LABEL_METHODS.register
 class Yin(LabelMethod):
     name = "yin"
     summary = "the B classes with the most negative output-weight-gradient entry (distinct labels only)"
@@ -22,9 +23,9 @@ class Yin(LabelMethod):
     requires = (FINAL_WEIGHT_GRAD, BATCH_SIZE)
     counts_capable = False
 
-    def run(self, tm: ThreatModel, ctx: LabelContext) -> LabelResult:
-        score = tm.final_weight_grad.double().flatten(1).min(dim=1).values
-        b = samples_in_update(tm, ctx)
+    def run(self, tm: ThreatModel, session: Session) -> LabelResult:
+        score = tm.output_grad("weight").double().flatten(1).min(dim=1).values
+        b = samples_in_update(tm)
         k = min(b, tm.spec.num_classes)
         present = torch.argsort(score, stable=True)[:k]
         result = set_result(present, tm.spec.num_classes, scores=score.tolist())

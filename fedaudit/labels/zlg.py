@@ -8,13 +8,14 @@ p and feature sum (untrained model, ReLU/sigmoid features); degrades as samples 
 from __future__ import annotations
 
 from fedaudit.labels import LABEL_METHODS
-from fedaudit.labels.base import LabelContext, LabelMethod, LabelResult, integer_counts, samples_in_update
+from fedaudit.labels.base import LabelMethod, LabelResult, integer_counts, samples_in_update
 from fedaudit.labels.features import aux_stats, output_weight_grad_rowsums
 from fedaudit.requirements import BATCH_SIZE, FINAL_WEIGHT_GRAD
+from fedaudit.session import Session
 from fedaudit.threat_model import ThreatModel
 
 
-@LABEL_METHODS.register("zlg")
+@LABEL_METHODS.register
 class ZLG(LabelMethod):
     name = "zlg"
     summary = "counts from row sums, the aux mean softmax and the aux mean feature sum"
@@ -22,9 +23,10 @@ class ZLG(LabelMethod):
     requires = (FINAL_WEIGHT_GRAD, BATCH_SIZE)
     aux = "optional"
 
-    def run(self, tm: ThreatModel, ctx: LabelContext) -> LabelResult:
-        h, p = aux_stats(tm, ctx)
-        b = samples_in_update(tm, ctx)
+    def run(self, tm: ThreatModel, session: Session) -> LabelResult:
+        aux = self.aux_of(session)
+        h, p = aux_stats(tm, aux)
+        b = samples_in_update(tm)
         o = float(h.sum(1).mean())
         raw = b * p.mean(0) - b * output_weight_grad_rowsums(tm) / o
-        return LabelResult(raw, integer_counts(raw, b), {"mean_feature_sum": o, "aux": ctx.aux.kind})
+        return LabelResult(raw, integer_counts(raw, b), {"mean_feature_sum": o, "aux": aux.kind})

@@ -1,4 +1,4 @@
-"""Label-recovery metrics on class counts (shared/specs/gdbr.md section 4).
+"""Label-recovery metrics on class counts (docs/methods/labels.md, Label metrics).
 
 * InsAcc = sum_c min(pred_c, true_c) / B  (multiset overlap; iLRG's IRec, LLG's accuracy)
 * ClsAcc = |S_pred & S_true| / |S_true| with S = {c : count_c > 0}  (variant (a); variant (b) is LeAcc)

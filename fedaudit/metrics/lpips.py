@@ -20,6 +20,7 @@ import pickle
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import torch
@@ -83,7 +84,7 @@ def _from_jax(net: str, folder: Path) -> nn.Module:
     with open(folder / fname, "rb") as fh:
         tree = _NumpyOnly(fh).load()
     model = _empty_lpips(net)
-    convs = [m for m in model.net.modules() if isinstance(m, nn.Conv2d)]
+    convs = [m for m in cast(nn.Module, model.net).modules() if isinstance(m, nn.Conv2d)]
     layers = tree[group]
     if len(convs) != len(layers):
         raise ValueError(f"{fname}: {len(layers)} conv layers, lpips {net} has {len(convs)}")
@@ -91,7 +92,7 @@ def _from_jax(net: str, folder: Path) -> nn.Module:
         for i, conv in enumerate(convs):
             kernel = np.asarray(layers[f"Conv_{i}"]["kernel"]).transpose(3, 2, 0, 1)  # HWIO -> OIHW
             conv.weight.copy_(torch.from_numpy(np.ascontiguousarray(kernel)))
-            conv.bias.copy_(torch.from_numpy(np.asarray(layers[f"Conv_{i}"]["bias"])))
+            cast(torch.Tensor, conv.bias).copy_(torch.from_numpy(np.asarray(layers[f"Conv_{i}"]["bias"])))
     return model
 
 
@@ -148,4 +149,6 @@ def export_lpips(lp: LpipsModel, path: str | Path) -> None:
     """Save the full model (backbone + heads) as safetensors, for ``--lpips-weights`` elsewhere."""
     from safetensors.torch import save_model
 
+    if lp.model is None:
+        raise ValueError(f"LPIPS {lp.net} is unavailable: {lp.reason}")
     save_model(lp.model, str(path))

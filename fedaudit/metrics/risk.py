@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 BANDS = ("low", "medium", "high", "very_high")  # in increasing order of risk
 THRESHOLDS = {"medium": 10.0, "high": 15.0, "very_high": 20.0}
 SOURCE = "FedLeak (Table 2 / Sec. 6): PSNR >= 20 Very High, 15-20 High, 10-15 Medium, < 10 Low"
@@ -13,6 +15,12 @@ def risk_band(psnr_db: float) -> str:
         if psnr_db >= lo:
             band = name
     return band
+
+
+def worst_band(bands: Iterable[str | None]) -> str | None:
+    """The riskiest of ``bands`` (None entries skipped; None when there is none)."""
+    present = [b for b in bands if b]
+    return max(present, key=BANDS.index) if present else None
 
 
 def at_or_above(band: str, threshold: str) -> bool:

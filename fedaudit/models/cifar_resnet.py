@@ -10,7 +10,6 @@ from torch import nn
 
 from fedaudit.models.registry import register_model
 
-
 ACTIVATIONS = {"relu": nn.ReLU, "sigmoid": nn.Sigmoid}
 
 

@@ -8,6 +8,7 @@ GDBR paper (section V); the default keeps PyTorch's initialisation.
 from __future__ import annotations
 
 import math
+from typing import cast
 
 from torch import nn
 
@@ -27,7 +28,7 @@ class MLP(nn.Module):
         self.features = nn.Sequential(*layers)
         self.fc = nn.Linear(sizes[-1], num_classes, bias=bias)
         if head_init == "gdbr":
-            for layer in (self.features[-2], self.fc):
+            for layer in (cast(nn.Linear, self.features[-2]), self.fc):
                 nn.init.uniform_(layer.weight, 0.01, 0.2)
         elif head_init != "torch":
             raise TypeError(f"head_init must be 'torch' or 'gdbr', got {head_init!r}")

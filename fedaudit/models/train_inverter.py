@@ -2,7 +2,7 @@
 
 The backbone is the audited checkpoint with its output layer's input as the feature (exactly what RGLA recovers);
 its weights stay fixed. Loss: pixel MSE, as FGLA's own training (RGLA's fine-tune adds piqa PSNR/SSIM/LPIPS
-terms at lr 1e-8, which barely moves the weights; shared/specs/rgla.md section 9). Features are computed once,
+terms at lr 1e-8, which barely moves the weights; docs/methods/attacks.md, RGLA). Features are computed once,
 for every image and, with ``flip``, its mirror image too. A held-out tenth of the images gives the validation
 PSNR recorded in the file.
 """
@@ -17,7 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedaudit.labels.features import output_layer_io
+from fedaudit.errors import TrainingInterrupted
+from fedaudit.models.head import output_layer_io
 from fedaudit.models.inverter import FeatureInverter, InverterConfig
 
 
@@ -40,8 +41,8 @@ def _psnr(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def train_inverter(model: nn.Module, spec, final_layer: str, images: torch.Tensor, cfg: InverterTraining,
                    on_epoch: Callable[[int, float], None] | None = None) -> tuple[FeatureInverter, dict]:
-    """Returns the trained inverter and what to record about the training. KeyboardInterrupt propagates with the
-    inverter trained so far attached (``exc.inverter``, ``exc.info``) so the caller can still save it."""
+    """Returns the trained inverter and what to record about the training. Ctrl-C raises TrainingInterrupted with the
+    inverter trained so far and its record, so the caller can still save it."""
     gen = torch.Generator().manual_seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     n = images.shape[0]
@@ -79,13 +80,12 @@ def train_inverter(model: nn.Module, spec, final_layer: str, images: torch.Tenso
                 opt.step()
                 total += float(loss.detach()) * len(idx)
             sched.step()
-            info["epochs_run"] = epoch + 1
-            info["train_mse"] = total / x_train.shape[0]
+            mse = total / x_train.shape[0]
+            info["epochs_run"], info["train_mse"] = epoch + 1, mse
             if on_epoch:
-                on_epoch(epoch, info["train_mse"])
-    except KeyboardInterrupt as exc:
-        exc.inverter, exc.info = _finish(inverter, f_val, images[val_idx], info, t0), info
-        raise
+                on_epoch(epoch, mse)
+    except KeyboardInterrupt:
+        raise TrainingInterrupted(_finish(inverter, f_val, images[val_idx], info, t0), info) from None
     return _finish(inverter, f_val, images[val_idx], info, t0), info
 
 

@@ -76,7 +76,8 @@ def render_html(report: dict[str, Any], grid_png: bytes | None, image_pngs: list
     if details:
         parts.append(f"<h2>Attack details</h2><pre>{e(json.dumps(details, indent=2))}</pre>")
     if "features" in metrics:
-        parts.append(f"<h2>Feature recovery (vs truth)</h2><pre>{e(json.dumps({k: v for k, v in metrics['features'].items() if k != 'pairs'}, indent=2))}</pre>")
+        features = {k: v for k, v in metrics["features"].items() if k != "pairs"}
+        parts.append(f"<h2>Feature recovery (vs truth)</h2><pre>{e(json.dumps(features, indent=2))}</pre>")
     if image_metrics:
         parts.append("<h2>Per image</h2><table><tr><th>truth</th><th>recon</th><th>image</th><th>PSNR</th><th>SSIM</th>"
                      "<th>LPIPS</th><th class='l'>band</th></tr>")
@@ -92,6 +93,7 @@ def render_html(report: dict[str, Any], grid_png: bytes | None, image_pngs: list
     for role, inp in report.get("inputs", {}).items():
         parts.append(f"<tr><td class='l'>{e(role)}</td><td class='l'>{e(str(inp['path']))}</td><td class='h'>{e(str(inp['sha256']))}</td></tr>")
     parts.append("</table>")
-    parts.append(f"<h2>Options, environment, timings</h2><pre>{e(json.dumps({k: report.get(k) for k in ('options', 'seed', 'environment', 'timings')}, indent=2))}</pre>")
+    settings = {k: report.get(k) for k in ("options", "seed", "environment", "timings")}
+    parts.append(f"<h2>Options, environment, timings</h2><pre>{e(json.dumps(settings, indent=2))}</pre>")
     parts.append("</body></html>\n")
     return "".join(parts)

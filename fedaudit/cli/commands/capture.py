@@ -5,20 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Optional
 
-import torch
 import typer
 
 from fedaudit.cli.console import emit_json, info_line, refuse_existing
 from fedaudit.cli.errors import handle_errors
-from fedaudit.cli.options import (AllowCustomArchOpt, BNMode, CheckpointArg, DeviceOpt, ForceOpt, Kind, QuietOpt,
-                                  Reduction, SeedOpt, Sign)
-from fedaudit.client.capture import CaptureConfig, capture_update
-from fedaudit.device import resolve_device
-from fedaudit.io.checkpoint import load_checkpoint
-from fedaudit.io.files import sha256_file
-from fedaudit.io.images import load_images, parse_labels
-from fedaudit.io.truth import Truth, save_truth
-from fedaudit.io.update import save_update
+from fedaudit.cli.options import AllowCustomArchOpt, BNMode, CheckpointArg, DeviceOpt, ForceOpt, Kind, QuietOpt, Reduction, SeedOpt, Sign
+from fedaudit.client.capture import CaptureConfig
+from fedaudit.jobs.capture import CaptureJob
+from fedaudit.session import Session
 
 
 def register(app) -> None:
@@ -26,11 +20,14 @@ def register(app) -> None:
     @handle_errors
     def capture(
         checkpoint: CheckpointArg,
-        images: Annotated[Path, typer.Argument(help="Folder of image files, one image, or .safetensors with 'images' [N,C,H,W] (and optional 'labels').", show_default=False)],
+        images: Annotated[Path, typer.Argument(help="Folder of image files, one image, or .safetensors with 'images' [N,C,H,W] (and optional "
+                                                    "'labels').", show_default=False)],
         output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the recorded update (.safetensors).", show_default=False)],
         batch_size: Annotated[int, typer.Option("--batch-size", "-b", help="Images per local step.", show_default=False)],
-        labels: Annotated[Optional[str], typer.Option("--labels", help="'3,8,8,0', or 'names' (trailing number of each file name); omit if the safetensors has 'labels'.")] = None,
-        truth: Annotated[Optional[Path], typer.Option("--truth", help="Also write the ground truth (images in [0,1], labels) here; only metrics read it.")] = None,
+        labels: Annotated[Optional[str], typer.Option("--labels", help="'3,8,8,0', or 'names' (trailing number of each file name); omit if the "
+                                                                       "safetensors has 'labels'.")] = None,
+        truth: Annotated[Optional[Path], typer.Option("--truth", help="Also write the ground truth (images in [0,1], labels) here; only metrics read "
+                                                                      "it.")] = None,
         local_steps: Annotated[int, typer.Option("--local-steps", "-k", help="Local SGD steps (FedAvg); batches cycle through the images.")] = 1,
         lr: Annotated[Optional[float], typer.Option("--lr", help="Local learning rate (needed for delta/weights).")] = None,
         kind: Annotated[Optional[Kind], typer.Option("--kind", help="What the client uploads (default: gradient for one step, delta for more).")] = None,
@@ -39,7 +36,8 @@ def register(app) -> None:
         bn_mode: Annotated[BNMode, typer.Option("--bn-mode", help="BatchNorm mode during local training.")] = BNMode.train,
         momentum: Annotated[float, typer.Option("--momentum", help="SGD momentum of local training.")] = 0.0,
         weight_decay: Annotated[float, typer.Option("--weight-decay", help="SGD weight decay of local training.")] = 0.0,
-        withhold: Annotated[Optional[list[str]], typer.Option("--withhold", help="Leave tensors matching this glob out of the upload (e.g. 'fc.*'); repeatable.")] = None,
+        withhold: Annotated[Optional[list[str]], typer.Option("--withhold", help="Leave tensors matching this glob out of the upload (e.g. 'fc.*'); "
+                                                                                 "repeatable.")] = None,
         no_buffers: Annotated[bool, typer.Option("--no-buffers", help="Do not upload BatchNorm buffers with a delta/weights.")] = False,
         resize: Annotated[bool, typer.Option("--resize", help="Centre-crop and resize images to the model's input size.")] = False,
         device: DeviceOpt = "cpu",
@@ -51,22 +49,11 @@ def register(app) -> None:
         """Record a client's upload (FedSGD gradient, or FedAvg delta/weights after K local steps)."""
         refuse_existing(output, force)
         refuse_existing(truth, force)
-        torch.manual_seed(seed)
-        ckpt = load_checkpoint(checkpoint, allow_custom_arch=allow_custom_arch)
-        batch = load_images(images, ckpt.spec.input_shape, resize=resize)
-        y = parse_labels(labels, batch, ckpt.spec.num_classes)
         cfg = CaptureConfig(batch_size=batch_size, local_steps=local_steps, lr=lr, kind=kind.value if kind else None,
                             reduction=reduction.value, delta_sign=delta_sign.value, bn_mode=bn_mode.value,
                             momentum=momentum, weight_decay=weight_decay, withhold=tuple(withhold or ()),
                             include_buffers=not no_buffers)
-        dev = resolve_device(device)
-        cap = capture_update(ckpt.model.to(dev), ckpt.spec, batch.images.to(dev), y.to(dev), cfg, base_sha256=ckpt.sha256)
-        save_update(output, cap.tensors, cap.meta)
-        update_sha = sha256_file(output)
-        if truth is not None:
-            save_truth(truth, Truth(batch.images, y, cap.step, batch.names, update_sha))
-        info_line(f"recorded {cap.meta.kind} of {len(batch.names)} images "
-                  f"(B={batch_size}, K={local_steps}) -> {output}", quiet)
-        emit_json({"update": str(output), "sha256": update_sha, "truth": str(truth) if truth else None,
-                   "kind": cap.meta.kind, "batch_size": batch_size, "local_steps": local_steps,
-                   "num_examples": len(batch.names), "tensors": len(cap.tensors), "withheld": list(cfg.withhold)})
+        session = Session.create(device=device, seed=seed, allow_custom_arch=allow_custom_arch, quiet=quiet, force=force)
+        out = CaptureJob(session, checkpoint, images, labels, cfg, resize).run_to(output, truth)
+        info_line(f"recorded {out['kind']} of {out['num_examples']} images (B={batch_size}, K={local_steps}) -> {output}", quiet)
+        emit_json(out)

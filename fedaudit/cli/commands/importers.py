@@ -26,7 +26,8 @@ import_app = typer.Typer(no_args_is_help=True, help="Convert other formats into 
 @handle_errors
 def flower_npz(
     arrays: Annotated[Path, typer.Argument(help=".npz of positional arrays (np.savez(path, *ndarrays)).", show_default=False)],
-    checkpoint: Annotated[Path, typer.Option("--checkpoint", "-c", help="The round's global checkpoint (names and order come from its architecture).", show_default=False)],
+    checkpoint: Annotated[Path, typer.Option("--checkpoint", "-c", help="The round's global checkpoint (names and order come from its "
+                                                                        "architecture).", show_default=False)],
     output: Annotated[Path, typer.Option("--output", "-o", help="Recorded update to write.", show_default=False)],
     kind: Annotated[Kind, typer.Option("--kind", help="What the arrays are (Flower clients send full weights).")] = Kind.weights,
     order: Annotated[str, typer.Option("--order", help="state_dict (buffers included, Flower examples) or parameters.")] = "state_dict",

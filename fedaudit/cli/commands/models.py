@@ -19,6 +19,6 @@ def register(app) -> None:
                  "paper": e.paper} for n, e in MODELS]
         emit_json({"models": rows, "also": ["torchvision.<any classification model>", "module:factory"]}, output)
         table = Table("name", "default input", "description", title="fedaudit models")
-        for r in rows:
-            table.add_row(r["name"], "x".join(map(str, r["default_input_shape"])), r["description"])
+        for n, e in MODELS:
+            table.add_row(n, "x".join(map(str, e.default_input_shape)), e.description)
         err_console(quiet).print(table)

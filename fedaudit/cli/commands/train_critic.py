@@ -9,8 +9,8 @@ import typer
 
 from fedaudit.cli.console import emit_json, info_line, refuse_existing
 from fedaudit.cli.errors import handle_errors
-from fedaudit.cli.training import train_with_progress
 from fedaudit.cli.options import ForceOpt, QuietOpt, SeedOpt
+from fedaudit.cli.training import train_with_progress
 from fedaudit.defenses.critic import CriticTraining, save_critic, train_critic
 from fedaudit.errors import EXIT_INTERRUPTED, InputError
 from fedaudit.io.images import load_images
@@ -47,7 +47,7 @@ def register(app) -> None:
         batch = load_images(images, _shape(image_shape), resize=resize)
         cfg = CriticTraining(epochs=epochs, batch_size=batch_size, lr=lr, width=width, seed=seed)
         critic, info, interrupted = train_with_progress(
-            "critic", epochs, quiet, lambda on_epoch: train_critic(batch.images, cfg, on_epoch), "critic")
+            "critic", epochs, quiet, lambda on_epoch: train_critic(batch.images, cfg, on_epoch))
         info["interrupted"] = interrupted
         save_critic(output, critic, info)
         info_line(f"{'interrupted after' if interrupted else 'trained'} {info['epochs_run']} epochs -> {output}", quiet)

@@ -9,12 +9,12 @@ import typer
 
 from fedaudit.cli.console import emit_json, info_line, refuse_existing
 from fedaudit.cli.errors import handle_errors
-from fedaudit.cli.training import train_with_progress
 from fedaudit.cli.options import AllowCustomArchOpt, BNMode, CheckpointArg, ForceOpt, QuietOpt, SeedOpt
+from fedaudit.cli.training import train_with_progress
 from fedaudit.errors import EXIT_INTERRUPTED, InputError
 from fedaudit.io.checkpoint import load_checkpoint
 from fedaudit.io.images import load_images
-from fedaudit.models.inverter import save_inverter
+from fedaudit.io.inverter import save_inverter
 from fedaudit.models.registry import final_linear
 from fedaudit.models.train_inverter import InverterTraining, train_inverter
 
@@ -24,14 +24,16 @@ def register(app) -> None:
     @handle_errors
     def train_inverter_cmd(
         checkpoint: CheckpointArg,
-        images: Annotated[Path, typer.Argument(help="Public images: a folder of image files, one image, or .safetensors with 'images' [N,C,H,W].", show_default=False)],
+        images: Annotated[Path, typer.Argument(help="Public images: a folder of image files, one image, or .safetensors with 'images' "
+                                                    "[N,C,H,W].", show_default=False)],
         output: Annotated[Path, typer.Option("--output", "-o", help="Inverter file to write (.safetensors).", show_default=False)],
         epochs: Annotated[int, typer.Option("--epochs", help="Passes over the images.")] = 30,
         batch_size: Annotated[int, typer.Option("--batch-size", "-b", help="Images per training step.")] = 32,
         lr: Annotated[float, typer.Option("--lr", help="Adam step size (cosine-annealed over the epochs).")] = 1e-3,
         width: Annotated[int, typer.Option("--width", help="Channels of the last upsampling stage (4w, 2w, w).")] = 32,
         no_flip: Annotated[bool, typer.Option("--no-flip", help="Do not add mirrored copies of the images.")] = False,
-        bn_mode: Annotated[BNMode, typer.Option("--bn-mode", help="BatchNorm mode of the backbone when computing features (match the update's).")] = BNMode.eval,
+        bn_mode: Annotated[BNMode, typer.Option("--bn-mode", help="BatchNorm mode of the backbone when computing features (match the "
+                                                                  "update's).")] = BNMode.eval,
         resize: Annotated[bool, typer.Option("--resize", help="Centre-crop and resize images to the model's input size.")] = False,
         seed: SeedOpt = 0,
         force: ForceOpt = False,
@@ -53,8 +55,7 @@ def register(app) -> None:
                                bn_mode=bn_mode.value, seed=seed)
         info_line(f"train-inverter: {ckpt.spec.arch}, {batch.images.shape[0]} images, {epochs} epochs", quiet)
         inverter, info, interrupted = train_with_progress(
-            "inverter", epochs, quiet, lambda on_epoch: train_inverter(ckpt.model, ckpt.spec, final, batch.images, cfg, on_epoch),
-            "inverter")
+            "inverter", epochs, quiet, lambda on_epoch: train_inverter(ckpt.model, ckpt.spec, final, batch.images, cfg, on_epoch))
         info["interrupted"] = interrupted
         save_inverter(output, inverter, ckpt.sha256, bn_mode.value, info)
         val = info.get("validation_psnr")

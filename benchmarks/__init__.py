@@ -1,0 +1,1 @@
+"""Benchmarks, run on demand from the repository root: ``python -m benchmarks.<name> --help``."""

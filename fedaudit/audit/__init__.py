@@ -1,1 +1,0 @@
-"""``fedaudit audit``: every attack against every defended copy of one update, as one matrix."""

@@ -1,0 +1,85 @@
+"""The flags the per-method commands share, as parameters, and the Session and aux source they make."""
+
+from __future__ import annotations
+
+import inspect as pyinspect
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from fedaudit.cli.options import (
+    AllowCustomArchOpt,
+    CheckpointArg,
+    DeviceOpt,
+    FailOn,
+    FailOnOpt,
+    ForceOpt,
+    IgnoreBaseOpt,
+    LpipsNet,
+    LpipsNetOpt,
+    LpipsWeightsOpt,
+    OutputOpt,
+    QuietOpt,
+    SeedOpt,
+    UpdateArg,
+)
+from fedaudit.session import AuxSource, Session
+
+P = pyinspect.Parameter
+
+
+def _kw(name: str, default: Any, annotation) -> P:
+    return P(name, P.KEYWORD_ONLY, default=default, annotation=annotation)
+
+
+def flag(name: str, kind: Any, help_text: str, *flags: str, default: Any = P.empty) -> P:
+    """A keyword parameter of a generated subcommand: ``--name`` (or ``flags``) of type ``kind``; no default
+    makes it required."""
+    flags = flags or ("--" + name.replace("_", "-"),)
+    show = default is not P.empty and default is not None
+    return _kw(name, default, Annotated[kind, typer.Option(*flags, help=help_text, show_default=show)])
+
+
+PARAMS: dict[str, P] = {p.name: p for p in [
+    P("checkpoint", P.POSITIONAL_OR_KEYWORD, annotation=CheckpointArg),
+    P("update", P.POSITIONAL_OR_KEYWORD, annotation=UpdateArg),
+    _kw("aux", None, Annotated[Optional[Path], typer.Option("--aux", help="Auxiliary (public) images: folder, image or .safetensors.")]),
+    _kw("aux_labels", None, Annotated[Optional[str], typer.Option("--aux-labels", help="Labels of the aux images: '3,1,...' or 'names'.")]),
+    _kw("dummy", False, Annotated[bool, typer.Option("--dummy", help="Use N(0,1) dummy inputs instead of aux images.")]),
+    _kw("num_dummy", 1000, Annotated[int, typer.Option("--num-dummy", help="How many dummies.")]),
+    _kw("resize", False, Annotated[bool, typer.Option("--resize", help="Resize aux images to the model's input.")]),
+    _kw("batch_size", None, Annotated[Optional[int], typer.Option("--batch-size", "-b", help="Batch size when the update does not record it.")]),
+    _kw("truth", None, Annotated[Optional[Path], typer.Option("--truth", "-t", help="Ground truth: adds InsAcc, ClsAcc, LnAcc, LeAcc.")]),
+    _kw("seed", 0, SeedOpt),
+    _kw("device", "cpu", DeviceOpt),
+    _kw("output", None, OutputOpt),
+    _kw("fail_on", FailOn.never, FailOnOpt),
+    _kw("lpips_net", LpipsNet.vgg, LpipsNetOpt),
+    _kw("lpips_weights", None, LpipsWeightsOpt),
+    _kw("force", False, ForceOpt),
+    _kw("quiet", False, QuietOpt),
+    _kw("allow_custom_arch", False, AllowCustomArchOpt),
+    _kw("ignore_base_mismatch", False, IgnoreBaseOpt),
+]}
+
+
+def params(*names: str | P) -> list[P]:
+    """The shared parameters by name, in this order (a Parameter is passed through)."""
+    return [n if isinstance(n, P) else PARAMS[n] for n in names]
+
+
+def session_from(kw: dict[str, Any]) -> Session:
+    """The run's Session from whichever shared flags the command has."""
+    lpips_weights = kw.get("lpips_weights")
+    return Session.create(device=kw.get("device", "cpu"), seed=kw.get("seed", 0), batch_size=kw.get("batch_size"),
+                          quiet=kw.get("quiet", False), force=kw.get("force", False),
+                          allow_custom_arch=kw.get("allow_custom_arch", False),
+                          check_base=not kw.get("ignore_base_mismatch", False),
+                          lpips_net=getattr(kw.get("lpips_net"), "value", "vgg"),
+                          lpips_weights=str(lpips_weights) if lpips_weights else None)
+
+
+def aux_source(kw: dict[str, Any]) -> AuxSource:
+    return AuxSource(kw.get("aux"), kw.get("aux_labels"), kw.get("dummy", False), kw.get("num_dummy", 1000),
+                     kw.get("resize", False))

@@ -1,0 +1,50 @@
+"""One subcommand per registered method (``labels``, ``reconstruct``, ``defend``), built from the method's
+declared options; the handler gets the method class, its validated options and the shared flags."""
+
+from __future__ import annotations
+
+import inspect as pyinspect
+from collections.abc import Callable
+from typing import Annotated, Any, cast
+
+import typer
+
+from fedaudit.cli.errors import handle_errors
+
+P = pyinspect.Parameter
+
+
+def option_params(options) -> list[P]:
+    """``--name`` keyword parameters for each MethodOption (shown in the subcommand's --help)."""
+    return [P(o.name.replace("-", "_"), P.KEYWORD_ONLY, default=o.default,
+              annotation=Annotated[o.type, typer.Option(
+                  f"--{o.name}", help=o.help + (f" ({' | '.join(o.choices)})" if o.choices else ""))])
+            for o in options]
+
+
+def command_with(params: list[P], fn: Callable[..., None]):
+    """``fn(**kw)`` as a command whose flags are ``params`` (shared ones from fedaudit/cli/shared.py)."""
+    cast(Any, fn).__signature__ = pyinspect.Signature(params)
+    return handle_errors(fn)
+
+
+def _command(cls, params: list[P], handler: Callable[[Any, dict[str, Any], dict[str, Any]], None]):
+    keys = {o.name: o.name.replace("-", "_") for o in cls.options}
+
+    def command(**kw) -> None:
+        options = cls.parse_options({name: kw.pop(key) for name, key in keys.items()})
+        handler(cls, options, kw)
+
+    cast(Any, command).__signature__ = pyinspect.Signature(params + option_params(cls.options))
+    command.__doc__ = f"{cls.summary} [{cls.paper}]"
+    command.__name__ = cls.name.replace("-", "_")
+    return handle_errors(command)
+
+
+def method_subcommands(app: typer.Typer, name: str, help_text: str, registry,
+                       params: Callable[[Any], list[P]], handler: Callable[[Any, dict[str, Any], dict[str, Any]], None]) -> None:
+    """Add ``fedaudit NAME <method>`` for every method in ``registry``: ``params(cls)`` are the shared flags."""
+    group = typer.Typer(no_args_is_help=True, help=help_text)
+    for method_name, cls in registry:
+        group.command(method_name)(_command(cls, params(cls), handler))
+    app.add_typer(group, name=name)

@@ -1,0 +1,187 @@
+"""The audit matrix: defenses (rows) x attacks (columns) on one update, with the ground truth.
+
+Each defended copy is made in memory from the recorded update (the auditor plays the client, so defenses that
+recompute the gradient use the truth batch); each attack then sees only that copy, as a server would. A cell
+records the image metrics, the label method's InsAcc, the risk band and where its grid and full report are.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fedaudit.attacks import ATTACKS
+from fedaudit.attacks.base import LOOP_OPTIONS
+from fedaudit.defenses.utility import accuracy_after_step
+from fedaudit.errors import FedauditError, InputError
+from fedaudit.io.files import dumps_json
+from fedaudit.io.images import load_images, parse_labels
+from fedaudit.io.truth import Truth
+from fedaudit.jobs.defend import DefendJob, parse_defense
+from fedaudit.jobs.reconstruct import ReconstructJob
+from fedaudit.labels import LABEL_METHODS
+from fedaudit.methods import split_spec
+from fedaudit.metrics.risk import worst_band
+from fedaudit.report.audit_html import render_audit_html
+from fedaudit.report.document import new_report
+from fedaudit.report.outdir import OutputDir
+from fedaudit.session import Session
+from fedaudit.threat_model import ThreatModel
+
+LOOP_KEYS = tuple(o.name for o in LOOP_OPTIONS)
+
+
+def parse_defense_rows(text: str) -> list[tuple[str, list[tuple[str, dict[str, Any]]]]]:
+    """'none,prune:0.5,dp:eps=100+quantize:8' -> rows (label, chain); '+' chains defenses within one row."""
+    rows = []
+    for item in (t.strip() for t in text.split(",")):
+        if not item:
+            continue
+        rows.append((item, [] if item == "none" else [parse_defense(part) for part in item.split("+")]))
+    if not rows:
+        raise InputError("--defenses is empty (use 'none' for the undefended update)")
+    return rows
+
+
+def parse_attack_options(specs: list[str]) -> dict[str, dict[str, Any]]:
+    """'fedleak:lr=0.03:tv=0.2' -> {"fedleak": {"lr": 0.03, "tv": 0.2}}: only the keys given, loop settings
+    (iterations, restarts, lr, schedule) among them, each converted and checked by its declaration."""
+    out: dict[str, dict[str, Any]] = {}
+    for spec in specs:
+        name = spec.strip().split(":")[0]
+        cls = ATTACKS.get(name)
+        _, given = split_spec(spec, cls.options[0].name if cls.options else None)
+        loop = {k: v for k, v in given.items() if k in LOOP_KEYS}
+        options = {k: v for k, v in given.items() if k not in LOOP_KEYS}
+        full, settings = cls.parse_options(options), cls.loop_settings(loop)
+        out.setdefault(name, {}).update({k: full[k] for k in options}, **{k: settings[k] for k in loop})
+    return out
+
+
+def check_plan(attacks: list[str], labels: str | None, iterations: int | None, restarts: int | None) -> None:
+    """Unknown attacks or label methods and impossible budgets are input errors, found before any work starts."""
+    for a in attacks:
+        ATTACKS.get(a)
+    if labels:
+        LABEL_METHODS.get(labels)
+    if iterations is not None and iterations < 1 or restarts is not None and restarts < 1:
+        raise InputError("--iterations and --restarts must be >= 1")
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.=-]+", "_", text)
+
+
+@dataclass
+class AuditJob:
+    session: Session
+    tm: ThreatModel
+    truth: Truth
+    defenses: list[tuple[str, list[tuple[str, dict[str, Any]]]]]  # (row label, chain); "none" is an empty chain
+    attacks: list[str]
+    attack_options: dict[str, dict[str, Any]] = field(default_factory=dict)  # per attack: options and loop keys
+    iterations: int | None = None  # for every attack unless its attack_options say otherwise
+    restarts: int | None = None
+    labels: str | None = None  # label method for every attack (default: each attack's own)
+    eval_images: torch.Tensor | None = None
+    eval_labels: torch.Tensor | None = None
+    eval_lr: float | None = None
+
+    def __post_init__(self) -> None:
+        check_plan(self.attacks, self.labels, self.iterations, self.restarts)
+
+    def cell_job(self, tm: ThreatModel, attack: str) -> ReconstructJob:
+        given = dict(self.attack_options.get(attack, {}))
+        loop = {"iterations": self.iterations, "restarts": self.restarts}
+        loop.update({k: given.pop(k) for k in LOOP_KEYS if k in given})
+        return ReconstructJob(self.session, tm, attack, given, loop, labels=self.labels)
+
+    def run(self, out: OutputDir, on_cell: Callable[[dict], None] | None = None) -> dict[str, Any]:
+        """Every cell's report under ``cells/``; returns rows, cells, whether it was interrupted, the worst band."""
+        tm, truth = self.tm, self.truth
+        rows: list[dict[str, Any]] = []
+        cells: list[dict[str, Any]] = []
+        lr = self.eval_lr or tm.meta.local_lr or 0.1
+        acc_before = acc_true = None
+        ev_x, ev_y = self.eval_images, self.eval_labels
+        if ev_x is not None and ev_y is not None:
+            acc_before = accuracy_after_step(tm, {}, ev_x, ev_y, lr)
+            acc_true = accuracy_after_step(tm, {k: tm.gradient[k] for k in tm.present}, ev_x, ev_y, lr)
+        for label, chain in self.defenses:
+            row: dict[str, Any] = {"defense": label, "chain": [{"name": n, "options": o} for n, o in chain]}
+            rows.append(row)
+            defend = DefendJob(self.session, tm, list(chain), truth)
+            try:
+                defended = defend.run()
+            except FedauditError as exc:
+                row["error"] = str(exc)
+                continue
+            row["records"] = defended.records
+            row["utility"] = defend.utility(defended)
+            if ev_x is not None and ev_y is not None:
+                row["utility"].update(eval_lr=lr, accuracy_before=acc_before, accuracy_true_step=acc_true,
+                                      accuracy_defended_step=accuracy_after_step(tm, defended.grads, ev_x, ev_y, lr))
+            tm_d = defend.defended_threat_model(defended)
+            for attack in self.attacks:
+                cell: dict[str, Any] = {"defense": label, "attack": attack}
+                try:
+                    job = self.cell_job(tm_d, attack)
+                    result = job.run(truth)
+                except FedauditError as exc:  # e.g. not applicable to this defended copy
+                    cell["error"] = str(exc)
+                    cells.append(cell)
+                    continue
+                prefix = f"cells/{slug(label)}__{slug(attack)}/"
+                report = result.report
+                report["defenses"] = row["records"]
+                job.write(out, result, truth, prefix=prefix)
+                m = report.get("metrics", {})
+                summary = m.get("summary", {})
+                cell.update({
+                    "psnr": (summary.get("psnr") or {}).get("mean"), "ssim": (summary.get("ssim") or {}).get("mean"),
+                    "lpips": (summary.get("lpips") or {}).get("mean"), "risk_band": m.get("risk_band"),
+                    "label_insacc": (report["labels"].get("metrics") or {}).get("InsAcc"), "label_method": job.label_method,
+                    "iterations": report["attack"]["iterations_run"], "seconds": report["timings"].get("attack"),
+                    "report": f"{prefix}report.json", "grid": f"{prefix}grid.png" if result.images.shape[0] else None,
+                    "status": report["status"],
+                    "feature_relative_error": (m.get("features") or {}).get("relative_error", {}).get("max"),
+                })
+                cells.append(cell)
+                if on_cell:
+                    on_cell(cell)
+                if result.interrupted:
+                    return {"rows": rows, "cells": cells, "interrupted": True, "worst_risk_band": worst_band(c.get("risk_band") for c in cells)}
+        return {"rows": rows, "cells": cells, "interrupted": False, "worst_risk_band": worst_band(c.get("risk_band") for c in cells)}
+
+    def run_to(self, out: OutputDir, inputs: dict[str, Any], on_cell: Callable[[dict], None] | None = None) -> dict[str, Any]:
+        """Run the matrix and write audit.json and audit.html beside the cells (Ctrl-C keeps the finished cells)."""
+        attack_names, rows = self.attacks, self.defenses
+        doc = new_report("audit", inputs, {"attacks": attack_names, "defenses": [r[0] for r in rows],
+                                           "iterations": self.iterations, "restarts": self.restarts,
+                                           "labels": self.labels, "eval_lr": self.eval_lr},
+                         seed=self.session.seed, device=str(self.session.device))
+        try:
+            result = self.run(out, on_cell)
+        except KeyboardInterrupt:
+            result = {"rows": [], "cells": [], "interrupted": True, "worst_risk_band": None}
+        doc.update(status="interrupted" if result["interrupted"] else "complete", rows=result["rows"],
+                   cells=result["cells"], worst_risk_band=result["worst_risk_band"],
+                   plan={"attacks": attack_names, "defenses": [r[0] for r in rows]})
+        grids = {c["grid"]: (out.staging / c["grid"]).read_bytes() for c in result["cells"] if c.get("grid")}
+        out.write_text("audit.json", dumps_json(doc))
+        out.write_text("audit.html", render_audit_html(doc, grids))
+        out.commit()
+        return doc
+
+
+def eval_set(path: Path | None, labels: str | None, tm: ThreatModel) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """``--eval-images``/``--eval-labels`` as tensors (None when not given)."""
+    if path is None:
+        return None, None
+    batch = load_images(path, tm.spec.input_shape)
+    return batch.images, parse_labels(labels, batch, tm.spec.num_classes)

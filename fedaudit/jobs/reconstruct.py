@@ -1,0 +1,235 @@
+"""A reconstruction job: labels -> attack loop -> metrics -> report folder, the one way every entry point runs an
+attack (``fedaudit reconstruct``, the audit matrix, benchmarks, tests)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fedaudit.attacks import ATTACKS
+from fedaudit.attacks.base import OptimizationAttack
+from fedaudit.attacks.engine import GradientEngine
+from fedaudit.attacks.loop import LoopConfig, LoopResult, optimize
+from fedaudit.errors import InputError
+from fedaudit.io.files import read_safetensors, safetensors_bytes
+from fedaudit.io.truth import Truth
+from fedaudit.jobs.labels import LabelJob
+from fedaudit.labels.base import samples_in_update
+from fedaudit.metrics.evaluate import evaluate_images
+from fedaudit.metrics.features import feature_recovery
+from fedaudit.models.head import output_layer_io
+from fedaudit.report.document import new_report
+from fedaudit.report.outdir import OutputDir
+from fedaudit.report.write import write_report
+from fedaudit.session import Session
+from fedaudit.threat_model import ThreatModel
+
+MULTI_STEP = ("merged", "unroll")
+
+
+def read_labels_file(path: Path, expected: int, num_classes: int) -> list[int]:
+    """Labels from ``fedaudit labels -o FILE`` (JSON with "labels") or a safetensors 'labels' tensor."""
+    p = Path(path)
+    if p.suffix == ".json":
+        try:
+            labels = json.loads(p.read_text())["labels"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise InputError(f"labels file {str(p)!r} is not a JSON object with a 'labels' list: {exc}") from None
+    else:
+        tensors, _ = read_safetensors(p, "labels file")
+        if "labels" not in tensors:
+            raise InputError(f"labels file {str(p)!r} has no 'labels' tensor")
+        labels = tensors["labels"].tolist()
+    if not all(isinstance(v, int) and 0 <= v < num_classes for v in labels):
+        raise InputError(f"labels file {str(p)!r}: labels must be integers in [0, {num_classes - 1}]")
+    if len(labels) != expected:
+        raise InputError(f"labels file {str(p)!r} has {len(labels)} labels; the update mixes {expected} samples")
+    return labels
+
+
+@dataclass
+class ReconstructResult:
+    report: dict[str, Any]
+    images: torch.Tensor  # [N, C, H, W] on the CPU (N = 0 when the attack stopped before images)
+    tensors: dict[str, torch.Tensor]  # anything else the attack recovered (features, logits)
+    loop: LoopResult
+
+    @property
+    def interrupted(self) -> bool:
+        return self.report["status"] == "interrupted"
+
+    def summary(self, out: Path | str) -> dict[str, Any]:
+        """The JSON ``fedaudit reconstruct`` prints."""
+        r = self.report
+        out_d = {"out": str(out), "status": r["status"], "attack": r["attack"]["name"], "distance": r["attack"]["distance"],
+                 "labels": r["labels"]["labels"], "iterations_run": r["attack"]["iterations_run"]}
+        m = r.get("metrics", {})
+        if "features" in m:
+            out_d["feature_relative_error"] = m["features"]["relative_error"]
+        if "risk_band" in m:
+            out_d.update(risk_band=m["risk_band"], summary=m["summary"], paper_best_match=m.get("paper_best_match"),
+                         blank_baseline=m.get("blank_baseline"), psnr_above_blank=m.get("psnr_above_blank"))
+        return out_d
+
+    def notes(self, out: Path | str) -> list[str]:
+        """The lines ``fedaudit reconstruct`` logs on stderr."""
+        r, lines = self.report, []
+        recovered = r["attack"].get("recovered")
+        if recovered and recovered.get("images_note"):
+            lines.append(recovered["images_note"])
+        m = r.get("metrics", {})
+        if "features" in m:
+            fe = m["features"]["relative_error"]
+            lines.append(f"features: relative error mean {fe['mean']:.3g}, max {fe['max']:.3g}")
+        if "risk_band" in m:
+            lines.append(f"PSNR {m['summary']['psnr']['mean']:.2f} dB, SSIM {m['summary']['ssim']['mean']:.3f}, "
+                         f"risk {m['risk_band']} -> {out}/report.html")
+        else:
+            lines.append(f"{r['status']}: gradient distance {r['attack']['distance']:.4g} -> {out}/report.html")
+        return lines
+
+
+@dataclass
+class ReconstructJob:
+    """Everything one attack run needs, resolved once: the attack and its options, the loop settings (the
+    attack's defaults updated with ``loop``), where the labels come from (a label method, a labels file, or
+    ``given`` labels, e.g. the truth in a benchmark), the multi-step mode and the checkpoint policy."""
+
+    session: Session
+    tm: ThreatModel
+    attack: str
+    options: dict[str, Any] | None = None
+    loop: dict[str, Any] | None = None  # iterations, restarts, lr, schedule (None or absent: the attack's default)
+    labels: str | None = None  # label method (default: the attack's own)
+    label_options: dict[str, Any] | None = None
+    labels_file: Path | None = None
+    given_labels: list[int] | None = None
+    multi_step: str = "merged"  # merged: one batch of B*K images (FedLeak); unroll: K simulated local steps
+    checkpoint_every: int = 0
+    checkpoint_path: Path | None = None
+    resume: Path | None = None
+    monitor: Callable | None = None
+    monitor_every: int = 0
+    attack_cls: type[OptimizationAttack] = field(init=False)
+    settings: dict[str, Any] = field(init=False)
+    label_method: str = field(init=False)  # ``labels``, or the attack's default label method
+
+    def __post_init__(self) -> None:
+        self.attack_cls = ATTACKS.get(self.attack)
+        self.options = self.attack_cls.parse_options(self.options)
+        self.settings = self.attack_cls.loop_settings(self.loop)
+        self.label_method = self.labels or self.attack_cls.default_labels
+        if self.multi_step not in MULTI_STEP:
+            raise InputError(f"--multi-step must be one of {', '.join(MULTI_STEP)}")
+
+    # --- the pieces, in the order run() uses them --------------------------------------------------------------
+    def resolve_labels(self, truth: Truth | None = None) -> tuple[list[int], dict[str, Any]]:
+        """The labels the attack optimises with, and what the report says about them."""
+        tm = self.tm
+        n = samples_in_update(tm)
+        report: dict[str, Any]
+        if self.given_labels is not None:
+            labels, report = [int(v) for v in self.given_labels], {"source": "given"}
+        elif self.labels_file is not None:
+            labels = read_labels_file(self.labels_file, n, tm.spec.num_classes)
+            report = {"source": "file", "file": str(self.labels_file), "labels": labels}
+        else:
+            out = LabelJob(self.session, tm, self.label_method, self.label_options).run(truth)
+            labels = out["labels"]
+            report = {"source": "method", **{k: out[k] for k in ("method", "labels", "counts", "diagnostics", "warnings")}}
+            if "metrics" in out:
+                report["metrics"] = out["metrics"]
+        report["labels"] = labels
+        if len(labels) != n:
+            raise InputError(f"{self.label_method} recovered {len(labels)} labels for {n} samples (a set-only method); "
+                             "choose a count-capable one (e.g. --labels auto)")
+        return labels, report
+
+    def build(self, labels: list[int] | torch.Tensor) -> OptimizationAttack:
+        """The attack, with its gradient engine on the session's device."""
+        self.attack_cls.check_applicable(self.tm)
+        unroll = self.multi_step == "unroll" and self.tm.meta.local_steps > 1
+        if unroll and self.tm.meta.kind == "gradient":
+            raise InputError("--multi-step unroll needs a delta or weights update")
+        labels = torch.as_tensor(labels)
+        engine = GradientEngine(self.tm, self.session.device, unroll=unroll)
+        return self.attack_cls(self.tm, engine, labels, self.options, int(labels.shape[0]))
+
+    def loop_config(self, labels: list[int]) -> LoopConfig:
+        s = self.settings
+        return LoopConfig(iterations=s["iterations"], restarts=s["restarts"], lr=s["lr"], schedule=s["schedule"],
+                          seed=self.session.seed, checkpoint_every=self.checkpoint_every,
+                          checkpoint_path=self.checkpoint_path, resume=self.resume, quiet=self.session.quiet,
+                          fingerprint=self.fingerprint(labels), monitor=self.monitor, monitor_every=self.monitor_every)
+
+    def fingerprint(self, labels: list[int]) -> str:
+        s = self.settings
+        blob = json.dumps([self.attack, self.options, self.multi_step, [int(v) for v in labels], self.tm.update.sha256,
+                           self.tm.checkpoint.sha256, s["iterations"], s["restarts"], s["lr"], s["schedule"],
+                           self.session.seed])
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    def optimize(self, attack: OptimizationAttack, labels: list[int]) -> LoopResult:
+        return optimize(attack, self.loop_config(labels))
+
+    # --- the whole run -------------------------------------------------------------------------------------------
+    def run(self, truth: Truth | None = None, inputs: dict[str, Any] | None = None) -> ReconstructResult:
+        """Run the attack; the report carries metrics when ``truth`` is given (only metrics read it)."""
+        tm, s = self.tm, self.settings
+        labels, label_report = self.resolve_labels(truth)
+        attack = self.build(labels)
+        result = self.optimize(attack, labels)
+        report = new_report("reconstruct", inputs or {}, {
+            "attack": self.attack, "attack_options": self.options,
+            "labels": {"method": self.label_method, "file": "file", "given": "given"}[label_report["source"]],
+            "multi_step": self.multi_step if tm.meta.local_steps > 1 else None, "iterations": s["iterations"],
+            "restarts": s["restarts"], "lr": s["lr"], "schedule": s["schedule"],
+            "checkpoint_every": self.checkpoint_every, "lpips_net": self.session.lpips_net},
+            seed=self.session.seed, device=str(self.session.device))
+        report["status"] = "interrupted" if result.interrupted else "complete"
+        report["threat_model"] = {"arch": tm.spec.arch, "kind": tm.meta.kind, "batch_size": tm.batch_size,
+                                  "local_steps": tm.meta.local_steps, "parameters_matched": len(tm.present),
+                                  "parameters_withheld": len(tm.absent), "bn_mode": tm.meta.bn_mode}
+        report["labels"] = label_report
+        report["attack"] = {"name": self.attack, "paper": self.attack_cls.paper, "distance": result.distance,
+                            "best_restart": result.best_restart, "iterations_run": result.iterations_run,
+                            "diverged_restarts": result.diverged_restarts, "interrupted": result.interrupted,
+                            "resumed_from": result.resumed_from, "recovered_labels": result.labels,
+                            "seconds_per_iteration": result.seconds / max(result.iterations_run, 1),
+                            "history": [list(h) for h in result.history]}
+        report["timings"]["attack"] = round(result.seconds, 3)
+        extra = result.extras.get("report")
+        if extra is not None:
+            report["attack"][result.extras.get("section", "details")] = extra
+        tensors = result.extras.get("tensors", {})
+        images = result.images.cpu()
+        if truth is not None:
+            if images.shape[0]:
+                report["metrics"] = evaluate_images(images, truth.images, self.session.lpips_net,
+                                                    self.session.lpips_weights)
+            if "features" in tensors:
+                true_f = output_layer_io(tm.model, tm.spec, tm.output_layer, truth.images, tm.train_bn,
+                                         chunk=max(len(truth.images), 1))[0]
+                report.setdefault("metrics", {})["features"] = feature_recovery(
+                    tensors["features"], true_f, result.labels, truth.labels.tolist() if truth.labels is not None else None)
+        return ReconstructResult(report, images, tensors, result)
+
+    def write(self, out: OutputDir, result: ReconstructResult, truth: Truth | None = None, prefix: str = "") -> None:
+        """reconstruction.safetensors (images, labels, what else was recovered) and the report files."""
+        if not prefix:
+            out.write_bytes("reconstruction.safetensors", safetensors_bytes(
+                {"images": result.images, "labels": torch.tensor(result.report["attack"]["recovered_labels"]),
+                 **result.tensors}, {"fedaudit.file": "reconstruction", "fedaudit.attack": self.attack}))
+        write_report(out, result.report, result.images, truth.images if truth is not None else None, prefix=prefix)
+
+    def run_to(self, out: OutputDir, truth: Truth | None = None, inputs: dict[str, Any] | None = None) -> ReconstructResult:
+        """Run and write the report folder (committed whole; the caller's ``with out:`` removes it on failure)."""
+        result = self.run(truth, inputs)
+        self.write(out, result, truth)
+        return result

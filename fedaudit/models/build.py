@@ -1,0 +1,64 @@
+"""How a checkpoint's ``fedaudit.arch`` becomes a network: a registered name, any ``torchvision.<name>`` classifier,
+or ``module:factory`` (a user's own code, imported only with ``--allow-custom-arch``)."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from typing import Callable
+
+from torch import nn
+
+from fedaudit.errors import InputError
+from fedaudit.models.registry import MODELS, ModelEntry, ModelSpec
+from fedaudit.models.torchvision_models import torchvision_entry
+
+
+def is_custom_arch(arch: str) -> bool:
+    """``module:factory`` names a user's own code; importing it runs that code."""
+    return ":" in arch
+
+
+def _custom_factory(arch: str) -> Callable[..., nn.Module]:
+    module_name, _, attr = arch.partition(":")
+    if not module_name or not attr:
+        raise InputError(f"custom architecture must look like 'module:factory', got {arch!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise InputError(f"cannot import module {module_name!r} for architecture {arch!r}: {exc}") from None
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise InputError(f"{module_name!r} has no callable {attr!r}")
+    return factory
+
+
+def model_entry(arch: str) -> ModelEntry:
+    """The registered entry for ``arch``; any ``torchvision.<name>`` classification model also resolves."""
+    if arch not in MODELS and arch.startswith("torchvision."):
+        return torchvision_entry(arch)
+    return MODELS.get(arch)
+
+
+def build_model(spec: ModelSpec, allow_custom: bool = False) -> nn.Module:
+    """Instantiate the architecture of ``spec`` (random init; load weights separately)."""
+    if is_custom_arch(spec.arch):
+        if not allow_custom:
+            raise InputError(
+                f"the checkpoint names custom code {spec.arch!r}; importing it runs that code: "
+                "pass --allow-custom-arch if you trust it"
+            )
+        factory = _custom_factory(spec.arch)
+        params = inspect.signature(factory).parameters
+        extra = {"input_shape": tuple(spec.input_shape)} if "input_shape" in params else {}
+        model_fn = lambda: factory(num_classes=spec.num_classes, **extra, **spec.kwargs)  # noqa: E731
+    else:
+        entry = model_entry(spec.arch)
+        model_fn = lambda: entry.factory(spec.num_classes, tuple(spec.input_shape), **spec.kwargs)  # noqa: E731
+    try:
+        model = model_fn()
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"cannot build {spec.arch!r} with options {spec.kwargs}: {exc}") from None
+    if not isinstance(model, nn.Module):
+        raise InputError(f"{spec.arch!r} did not return a torch.nn.Module")
+    return model

@@ -1,0 +1,78 @@
+"""What the tests share besides fixtures: paths, the in-process CLI runner, sample loading, assertions."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from fedaudit.attacks.base import OptimizationAttack
+from fedaudit.cli.app import app
+from fedaudit.data.offline import CIFAR10_MEAN, CIFAR10_STD
+from fedaudit.io.truth import Truth, load_truth
+from fedaudit.jobs import ReconstructJob
+from fedaudit.models import ModelSpec
+from fedaudit.session import Session
+from fedaudit.threat_model import ThreatModel
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "sample_updates"
+SAMPLE_NAMES = sorted(p.name for p in SAMPLES.iterdir() if (p / "update.safetensors").exists())
+CIFAR_SPEC = ModelSpec("lenet", 10, (3, 32, 32), CIFAR10_MEAN, CIFAR10_STD)
+
+
+class Cli:
+    """In-process CLI calls with separate stdout/stderr and no colour."""
+
+    def __init__(self):
+        self.runner = CliRunner()
+
+    def __call__(self, *args, expect: int | None = 0):
+        result = self.runner.invoke(app, [str(a) for a in args], env={"NO_COLOR": "1", "COLUMNS": "120"})
+        if expect is not None:
+            assert result.exit_code == expect, (result.exit_code, result.stdout, result.stderr, result.exception)
+        return result
+
+    @staticmethod
+    def json(result):
+        return json.loads(result.stdout)
+
+
+def run_module(*args, cwd=ROOT) -> subprocess.CompletedProcess:
+    """``python -m fedaudit ...`` in a subprocess (what a shell pipeline sees)."""
+    return subprocess.run([sys.executable, "-m", "fedaudit", *map(str, args)], cwd=cwd, capture_output=True,
+                          text=True, env={"NO_COLOR": "1", "COLUMNS": "120", "PATH": "/usr/bin:/bin"}, timeout=300)
+
+
+def sample(name: str) -> tuple[Path, Path, Path]:
+    folder = SAMPLES / name
+    return folder / "checkpoint.safetensors", folder / "update.safetensors", folder / "truth.safetensors"
+
+
+def load_sample(name: str, session: Session | None = None) -> tuple[ThreatModel, Truth]:
+    """A shipped sample's threat model (loaded under ``session``) and its ground truth."""
+    ckpt, upd, truth = sample(name)
+    return (session or Session()).load_threat_model(ckpt, upd), load_truth(truth)
+
+
+def attack_job(name: str, attack: str, options: dict | None = None, loop: dict | None = None,
+               session: Session | None = None, **policy) -> tuple[ReconstructJob, OptimizationAttack, list[int]]:
+    """A job for ``attack`` on a shipped sample with its true labels (tests of an attack's objective and of the
+    loop), the attack it builds, and the labels: ``job.optimize(attack, labels)`` runs it."""
+    session = session or Session()
+    tm, truth = load_sample(name, session)
+    labels = truth.labels.tolist()
+    job = ReconstructJob(session, tm, attack, options, loop, given_labels=labels, **policy)
+    return job, job.build(labels), labels
+
+
+def assert_one_error_line(stderr: str, *fragments: str) -> None:
+    lines = [ln for ln in stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("fedaudit: error:"), stderr
+    assert "Traceback" not in stderr
+    for frag in fragments:
+        assert frag in lines[0], (frag, lines[0])
