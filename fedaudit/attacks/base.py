@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar
 
 import torch
 
+from fedaudit.attacks import bn_prior
 from fedaudit.attacks.engine import GradientEngine
 from fedaudit.errors import InputError
 from fedaudit.methods import Method, MethodOption
@@ -17,7 +19,8 @@ def total_variation(x: torch.Tensor) -> torch.Tensor:
     return (x[..., :, 1:] - x[..., :, :-1]).abs().mean() + (x[..., 1:, :] - x[..., :-1, :]).abs().mean()
 
 
-SCHEDULES = ("step", "step-0.33", "cosine", "none")
+SCHEDULES = ("step", "step-0.33", "cosine", "warmup-cosine", "none")
+WARMUP = 50  # warmup-cosine: GradInversion's 50 linear warm-up iterations (at most a tenth of the run)
 
 # The loop settings every optimisation attack takes (defaults per attack in ``defaults``), in the one syntax of
 # method options: CLI flags and ``--attack-options`` specs are converted and checked by the same code.
@@ -25,19 +28,25 @@ LOOP_OPTIONS = (
     MethodOption("iterations", int, None, "Iterations per restart."),
     MethodOption("restarts", int, None, "Restarts; the best by gradient distance is kept."),
     MethodOption("lr", float, None, "Step size."),
-    MethodOption("schedule", str, None, "Learning-rate schedule: step | step-0.33 | cosine | none.", SCHEDULES),
+    MethodOption("schedule", str, None, "Learning-rate schedule: " + " | ".join(SCHEDULES) + ".", SCHEDULES),
 )
 
 
 def lr_factor(schedule: str, it: int, total: int) -> float:
     """Learning-rate multiplier at iteration ``it`` (a pure function, so resuming needs no scheduler state).
     ``step``: x0.1 at 3/8, 5/8 and 7/8 of the run (Inverting Gradients); ``step-0.33``: x0.33 at the same
-    points (HFGI); ``cosine``; ``none``."""
+    points (HFGI); ``cosine``; ``warmup-cosine``: linear warm-up over the first 50 iterations (a tenth of a
+    shorter run), then cosine (GradInversion); ``none``."""
     if schedule in ("step", "step-0.33"):
         gamma = 0.1 if schedule == "step" else 0.33  # step-0.33: HFGI's MultiStepLR (gamma 0.33)
         return gamma ** sum(it >= round(total * f) for f in (3 / 8, 5 / 8, 7 / 8))
     if schedule == "cosine":
         return 0.5 * (1 + torch.cos(torch.tensor(torch.pi * it / max(total, 1))).item())
+    if schedule == "warmup-cosine":
+        warm = min(WARMUP, total // 10)
+        if it < warm:
+            return (it + 1) / warm
+        return 0.5 * (1 + math.cos(math.pi * (it - warm) / max(total - warm, 1)))
     return 1.0
 
 
@@ -52,10 +61,25 @@ class OptimizationAttack(Method):
     def __init__(self, tm: ThreatModel, engine: GradientEngine, labels: torch.Tensor, options: dict[str, Any] | None,
                  num_images: int):
         self.tm, self.engine, self.opts = tm, engine, self.parse_options(options)
+        # the BN-statistic prior, for attacks that declare --bn-stats (fedaudit/attacks/bn_prior.py)
+        self.bn_targets: bn_prior.Targets | None = None
+        self.bn_usage: dict[str, Any] = {"bn_stats": "not an option of this attack"}
+        if "bn-stats" in self.opts:
+            self.bn_targets, self.bn_usage = bn_prior.resolve(tm, self.opts["bn-stats"], engine.device, self.name)
         self.labels = labels.to(engine.device)
         self.num_images = num_images
         self.shape = (num_images, *tm.spec.input_shape)
         self.iterations = self.defaults["iterations"]  # the loop sets the run's budget
+
+    def bn_inputs(self) -> list | None:
+        """A list for the engine to fill with BN inputs when the prior is on, else None."""
+        return [] if self.bn_targets else None
+
+    def bn_term(self, captured: list | None, multipliers: tuple[float, ...] = ()) -> torch.Tensor | float:
+        """``--bn`` times the BN-statistic prior on ``captured`` (0 when the prior is off)."""
+        if not self.bn_targets or captured is None:
+            return 0.0
+        return self.opts["bn"] * bn_prior.bn_prior(captured, self.bn_targets, multipliers)
 
     def init_state(self, gen: torch.Generator) -> dict[str, torch.Tensor]:
         raise NotImplementedError

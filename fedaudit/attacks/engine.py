@@ -88,17 +88,17 @@ class GradientEngine:
                       ((k, p.detach()) for k, p in self.params.items())}
             loss = self.loss(self.forward(x01, params, capture, bn_inputs), labels)
             return list(torch.autograd.grad(loss, [params[k] for k in names], create_graph=create_graph))
-        full = dict(zip(self.target.names, self._unrolled(x01, labels, create_graph, capture)))
+        full = dict(zip(self.target.names, self._unrolled(x01, labels, create_graph, capture, bn_inputs)))
         return [full[k] for k in names]
 
-    def _unrolled(self, x01, labels, create_graph, capture):
+    def _unrolled(self, x01, labels, create_graph, capture, bn_inputs=None):
         """K SGD steps on consecutive chunks of the dummy batch; returns -(w_K - w_0) / (lr K) like conversion."""
         w0 = {k: p.detach().requires_grad_(True) for k, p in self.params.items()}
         w = dict(w0)
         chunks_x, chunks_y = x01.chunk(self.steps), labels.chunk(self.steps)
         trainable = list(w0)
         for xk, yk in zip(chunks_x, chunks_y):
-            loss = self.loss(self.forward(xk, w, capture), yk)
+            loss = self.loss(self.forward(xk, w, capture, bn_inputs), yk)
             grads = torch.autograd.grad(loss, [w[k] for k in trainable], create_graph=create_graph)
             w = {k: w[k] - self.lr * g for k, g in zip(trainable, grads)}
         scale = gradient_scale(self.tm.meta)

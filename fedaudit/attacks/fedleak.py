@@ -31,6 +31,7 @@ import torch
 
 from fedaudit.attacks import ATTACKS
 from fedaudit.attacks.base import OptimizationAttack, total_variation
+from fedaudit.attacks.bn_prior import bn_options
 from fedaudit.attacks.init import uniform_init
 from fedaudit.attacks.objectives import total
 from fedaudit.methods import MethodOption
@@ -112,7 +113,7 @@ class FedLeak(OptimizationAttack):
         MethodOption("signed", bool, False, "sign the blended step before Adam (the released code; not in the paper)"),
         MethodOption("mask-sample", int, 65536, "top-R% threshold from this many sampled entries per tensor "
                      "(0 = exact over all)"),
-    )
+    ) + bn_options("off", 0.01)
 
     def init_state(self, gen):
         return {"x": uniform_init(self.tm.spec, self.shape, gen).to(self.engine.device).requires_grad_(True)}
@@ -122,7 +123,8 @@ class FedLeak(OptimizationAttack):
         flat vector, so each term is one pass (g' * mask, then L1, dot and norm), not one per tensor; the
         target's masked part and norm are computed once per iteration and reused at x' + phi."""
         acts = [] if self.opts["act"] else None
-        g = torch.cat([t.reshape(-1) for t in self.engine.gradient(x, self.labels, capture=acts)])
+        captured = self.bn_inputs()
+        g = torch.cat([t.reshape(-1) for t in self.engine.gradient(x, self.labels, capture=acts, bn_inputs=captured)])
         if masked_target is None:
             if not hasattr(self, "_target"):
                 self._target = torch.cat([t.reshape(-1) for t in self.engine.target.tensors])
@@ -140,6 +142,7 @@ class FedLeak(OptimizationAttack):
             d = d + self.opts["tv"] * total_variation(x)
         if acts:
             d = d + self.opts["act"] * sum(t.abs().mean() for t in acts)
+        d = d + self.bn_term(captured)
         return d, masked_target
 
     def _per_tensor(self, g, mask, um, nb, count):

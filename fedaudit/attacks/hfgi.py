@@ -31,6 +31,7 @@ import torch
 
 from fedaudit.attacks import ATTACKS
 from fedaudit.attacks.base import OptimizationAttack, total_variation
+from fedaudit.attacks.bn_prior import bn_options
 from fedaudit.methods import MethodOption
 from fedaudit.models.normalize import denormalize, normalize
 
@@ -67,7 +68,7 @@ class HFGI(OptimizationAttack):
         MethodOption("grow-every", float, 1 / 30, "fraction of the run between widenings"),
         MethodOption("tv", float, 5e-3, "TV weight (anisotropic L1 mean on the normalised image; the paper's L2 form: 0.01)"),
         MethodOption("tv-start", float, 0.2, "T1: fraction of the run before TV switches on"),
-        MethodOption("bn", float, 1e-4, "BN-statistic prior weight (needs running statistics)"),
+        *bn_options("running", 1e-4),
         MethodOption("bn-start", float, 1 / 3, "T2: fraction of the run before the BN prior switches on"),
         MethodOption("step-rule", str, "quantized", "quantized sign (code), sign (paper Eq. 12) or plain", ("quantized", "sign", "plain")),
         MethodOption("boost", float, 1 / 150, "fraction of the run whose steps are doubled (the code's first 100 of 15,000)"),
@@ -78,8 +79,6 @@ class HFGI(OptimizationAttack):
         names = engine.target.names
         final = tm.final_layer
         self.final_count = sum(1 for k in names if final and k.startswith(final + ".")) or 1
-        self.bn_layers = [(n, m) for n, m in tm.model.named_modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)
-                          and m.running_mean is not None]
         c = tm.spec.input_shape[0]
         lo, hi = normalize(torch.zeros(1, c, 1, 1), tm.spec), normalize(torch.ones(1, c, 1, 1), tm.spec)
         self.box = (lo.to(engine.device), hi.to(engine.device))
@@ -94,22 +93,11 @@ class HFGI(OptimizationAttack):
     def init_state(self, gen):
         return {"x": torch.randn(self.shape, generator=gen).to(self.engine.device).requires_grad_(True)}
 
-    def _bn_prior(self, captured) -> torch.Tensor:
-        buffers = dict(self.tm.model.named_buffers())
-        total = torch.zeros((), device=self.engine.device)
-        for i, (name, inp) in enumerate(captured):
-            dims = [0] + list(range(2, inp.ndim))
-            mu, var = inp.mean(dims), inp.var(dims, unbiased=False)
-            w = BN_FIRST_WEIGHTS[i] if i < len(BN_FIRST_WEIGHTS) else 1.0
-            rm, rv = buffers[f"{name}.running_mean"].to(inp.device), buffers[f"{name}.running_var"].to(inp.device)
-            total = total + w * ((mu - rm).norm() + (var - rv).norm())
-        return total
-
     def objective(self, xn: torch.Tensor, it: int, gen: torch.Generator | None) -> torch.Tensor:
         o, total = self.opts, self.iterations
         names = self.matched(it)
-        use_bn = bool(self.bn_layers) and o["bn"] > 0 and it >= o["bn-start"] * total
-        captured: list | None = [] if use_bn else None
+        use_bn = bool(self.bn_targets) and o["bn"] > 0 and it >= o["bn-start"] * total
+        captured = self.bn_inputs() if use_bn else None
         g = self.engine.gradient(denormalize(xn, self.tm.spec), self.labels, names=names, bn_inputs=captured)
         index = {k: i for i, k in enumerate(self.engine.target.names)}
         t = [self.engine.target.tensors[index[k]] for k in names]
@@ -121,9 +109,7 @@ class HFGI(OptimizationAttack):
         loss = 1 - (a * b).sum() / (a.norm() * b.norm()).clamp_min(1e-30)
         if o["tv"] and it >= o["tv-start"] * total:
             loss = loss + o["tv"] * total_variation(xn)
-        if use_bn:
-            loss = loss + o["bn"] * self._bn_prior(captured)
-        return loss
+        return loss + self.bn_term(captured, BN_FIRST_WEIGHTS)
 
     def closure(self, state, it):
         xn = state["x"]
@@ -164,5 +150,6 @@ class HFGI(OptimizationAttack):
         return {"report": {"layer_schedule": [{"from_iteration": it, "matched": k, "shallowest": names[len(names) - k]}
                                               for it, k in schedule],
                            "tensors_matchable": len(names),
-                           "bn_prior": "on" if self.bn_layers and self.opts["bn"] > 0 else
-                           "off: the model has no BatchNorm running statistics" if not self.bn_layers else "off"}}
+                           "bn_prior": "on" if self.bn_targets and self.opts["bn"] > 0 else
+                           "off: the model has no BatchNorm running statistics" if not self.bn_targets else "off",
+                           "bn_targets": self.bn_usage}}

@@ -12,6 +12,7 @@ import torch
 
 from fedaudit.attacks import ATTACKS
 from fedaudit.attacks.base import OptimizationAttack, total_variation
+from fedaudit.attacks.bn_prior import bn_options
 from fedaudit.attacks.init import normal_init
 from fedaudit.attacks.objectives import cosine_distance
 from fedaudit.methods import MethodOption
@@ -26,15 +27,16 @@ class InvertingGradients(OptimizationAttack):
     options = (
         MethodOption("tv", float, 0.2, "weight of total variation (mean anisotropic, on [0,1] pixels)"),
         MethodOption("signed", bool, True, "step on the sign of the image gradient (the paper's choice)"),
-    )
+    ) + bn_options("off", 0.01)
 
     def init_state(self, gen):
         return {"x": normal_init(self.tm.spec, self.shape, gen).to(self.engine.device).requires_grad_(True)}
 
     def closure(self, state, it):
         x = state["x"]
-        loss = cosine_distance(self.engine.gradient(x, self.labels), self.engine.target.tensors)
-        loss = loss + self.opts["tv"] * total_variation(x)
+        captured = self.bn_inputs()
+        loss = cosine_distance(self.engine.gradient(x, self.labels, bn_inputs=captured), self.engine.target.tensors)
+        loss = loss + self.opts["tv"] * total_variation(x) + self.bn_term(captured)
         (grad,) = torch.autograd.grad(loss, [x])
         x.grad = grad.sign() if self.opts["signed"] else grad
         return loss.detach()

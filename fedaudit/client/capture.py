@@ -34,7 +34,8 @@ class CaptureConfig:
     momentum: float = 0.0
     weight_decay: float = 0.0
     withhold: tuple[str, ...] = ()  # fnmatch patterns of tensor names left out of the upload
-    include_buffers: bool = True  # delta/weights uploads carry BN buffers (Flower/NVFlare state_dicts do)
+    include_buffers: bool | None = None  # None: delta/weights carry the BN buffers (as Flower/NVFlare state_dicts
+    # do), a gradient does not; True attaches them to a gradient too (the client's buffers after its forward)
     source: dict = field(default_factory=dict)
 
     def resolved_kind(self) -> str:
@@ -64,6 +65,17 @@ def _validate(cfg: CaptureConfig, n: int) -> str:
     return kind
 
 
+def bn_momentum(model: nn.Module) -> float | str | None:
+    """The BatchNorm momentum the model trains with ("cumulative" for momentum=None; None without BatchNorm)."""
+    values = {m.momentum for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)}
+    if not values:
+        return None
+    if len(values) > 1:
+        raise InputError(f"the model's BatchNorm layers use different momenta {sorted(map(str, values))}; fedaudit records one")
+    m = values.pop()
+    return "cumulative" if m is None else float(m)
+
+
 def _loss(model: nn.Module, spec: ModelSpec, x: torch.Tensor, y: torch.Tensor, reduction: str) -> torch.Tensor:
     try:
         return F.cross_entropy(model(normalize(x, spec)), y, reduction=reduction)
@@ -79,9 +91,12 @@ def capture_update(model: nn.Module, spec: ModelSpec, images: torch.Tensor, labe
     params = dict(model.named_parameters())
     nb = images.shape[0] // cfg.batch_size
     step = torch.arange(images.shape[0]) // cfg.batch_size
+    buffers = cfg.include_buffers if cfg.include_buffers is not None else kind != "gradient"
     if kind == "gradient":
         loss = _loss(model, spec, images, labels, cfg.reduction)
         out = dict(zip(params, torch.autograd.grad(loss, list(params.values()))))
+        if buffers:  # the buffers after the forward (train-mode BN moved its running statistics once)
+            out.update({k: v.detach().clone() for k, v in model.state_dict().items() if k not in params})
     else:
         start = {k: v.detach().clone() for k, v in model.state_dict().items()}
         opt = torch.optim.SGD(params.values(), lr=float(cfg.lr or 0), momentum=cfg.momentum, weight_decay=cfg.weight_decay)
@@ -91,7 +106,7 @@ def capture_update(model: nn.Module, spec: ModelSpec, images: torch.Tensor, labe
             _loss(model, spec, images[sel], labels[sel], "mean").backward()
             opt.step()
         end = model.state_dict()
-        names = [k for k in end if k in params or cfg.include_buffers]
+        names = [k for k in end if k in params or buffers]
         if kind == "weights":
             out = {k: end[k].detach().clone() for k in names}
         else:
@@ -109,6 +124,7 @@ def capture_update(model: nn.Module, spec: ModelSpec, images: torch.Tensor, labe
         local_lr=cfg.lr if kind != "gradient" else None,
         num_examples=images.shape[0],
         bn_mode=cfg.bn_mode,
+        bn_momentum=bn_momentum(model) if buffers and any(k not in params for k in out) else None,
         base_checkpoint_sha256=base_sha256,
         optimizer={"name": "sgd", "momentum": cfg.momentum, "weight_decay": cfg.weight_decay},
         defenses=[],

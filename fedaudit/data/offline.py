@@ -16,7 +16,6 @@ import numpy as np
 import torch
 
 from fedaudit.errors import InputError
-from fedaudit.io.images import load_image_files, parse_labels
 
 CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR10_STD = (0.2470, 0.2435, 0.2616)
@@ -35,14 +34,28 @@ def cifar10_dir() -> Path:
     return package_dir("foolbox") / "data"
 
 
+def _png_rgb(path: Path) -> torch.Tensor:
+    from PIL import Image
+
+    with Image.open(path) as img:
+        arr = np.asarray(img.convert("RGB"), dtype=np.float32) / 255.0
+    return torch.from_numpy(arr).permute(2, 0, 1)
+
+
+def foolbox_samples(dataset: str) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
+    """The 20 images foolbox ships for ``dataset`` (``cifar10``, ``cifar100``): images [20,3,H,W] in [0,1], the
+    labels in their file names (``<dataset>_<index>_<label>.png``), the file names."""
+    folder = cifar10_dir()
+    files = sorted(folder.glob(f"{dataset}_*.png"))
+    if len(files) != 20:
+        raise InputError(f"expected 20 {dataset} images in {folder}, found {len(files)}")
+    labels = torch.tensor([int(f.stem.rsplit("_", 1)[1]) for f in files])
+    return torch.stack([_png_rgb(f) for f in files]), labels, [f.name for f in files]
+
+
 def cifar10_samples() -> tuple[torch.Tensor, torch.Tensor, list[str]]:
     """The 20 CIFAR-10 test images foolbox ships: images [20,3,32,32] in [0,1], labels [20], file names."""
-    folder = cifar10_dir()
-    files = sorted(folder.glob("cifar10_*.png"))
-    if len(files) != 20:
-        raise InputError(f"expected 20 CIFAR-10 images in {folder}, found {len(files)}")
-    batch = load_image_files(files, (3, 32, 32))
-    return batch.images, parse_labels("names", batch, 10), batch.names
+    return foolbox_samples("cifar10")
 
 
 def mnist_digits(pad_to: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -82,3 +95,15 @@ def natural_patches(n: int, size: int = 32, seed: int = 0) -> torch.Tensor:
         arr = np.asarray(crop, dtype=np.float32) / 255.0
         out[i] = arr[:, ::-1] if rng.random() < 0.5 else arr
     return torch.from_numpy(out).permute(0, 3, 1, 2).contiguous()
+
+
+def public_distractors(n: int, shape: tuple[int, ...], seed: int = 777) -> torch.Tensor:
+    """``n`` public images none of which is any client's: foolbox's 20 CIFAR-100 test images, then crops of
+    scikit-image's photographs, resized to ``shape`` (C, H, W); grey when C = 1. For the identification metric."""
+    c, h, w = shape
+    images = foolbox_samples("cifar100")[0][:n]
+    if n > len(images):
+        images = torch.cat([images, natural_patches(n - len(images), 32, seed=seed)])
+    images = torch.nn.functional.interpolate(images, size=(h, w), mode="bilinear", antialias=True,
+                                             align_corners=False).clamp(0, 1)
+    return images.mean(1, keepdim=True) if c == 1 else images

@@ -33,6 +33,7 @@ class UpdateMeta:
     local_lr: float | None = None
     num_examples: int | None = None
     bn_mode: str | None = None
+    bn_momentum: float | str | None = None  # BatchNorm momentum of local training, or "cumulative" (momentum=None)
     base_checkpoint_sha256: str | None = None
     optimizer: dict[str, Any] = field(default_factory=lambda: {"name": "sgd", "momentum": 0.0, "weight_decay": 0.0})
     defenses: list[Any] = field(default_factory=list)
@@ -62,6 +63,7 @@ def read_update_meta(meta: Meta) -> UpdateMeta:
         local_lr=meta.float("local_lr", required=multi, positive=True),
         num_examples=meta.int("num_examples", minimum=1),
         bn_mode=meta.choice("bn_mode", BN_MODES),
+        bn_momentum=_bn_momentum(meta),
         base_checkpoint_sha256=meta.str("base_checkpoint_sha256"),
         optimizer=meta.json("optimizer", default={"name": "sgd", "momentum": 0.0, "weight_decay": 0.0}, kind=dict),
         defenses=meta.json("defenses", default=[], kind=list),
@@ -70,6 +72,16 @@ def read_update_meta(meta: Meta) -> UpdateMeta:
     if kind == "gradient" and out.local_steps != 1:
         raise InputError(f"{meta.source}: a kind=gradient update is one step; fedaudit.local_steps is {out.local_steps}")
     return out
+
+
+def _bn_momentum(meta: Meta) -> float | str | None:
+    """``fedaudit.bn_momentum``: PyTorch's BatchNorm momentum m in (0, 1], or "cumulative" (momentum=None)."""
+    if meta.str("bn_momentum") == "cumulative":
+        return "cumulative"
+    m = meta.float("bn_momentum")
+    if m is not None and not 0 < m <= 1:
+        raise InputError(f"{meta.source}: metadata fedaudit.bn_momentum is {m}; must be in (0, 1] or 'cumulative'")
+    return m
 
 
 def _source(meta: Meta):

