@@ -33,7 +33,7 @@ from fedaudit.jobs.audit import parse_defense_rows
 from fedaudit.models import ModelSpec, build_model
 from fedaudit.report.outdir import OutputDir
 
-FEDLEAK_SHORT = {"lr": 0.03, "tv": 0.2, "blend": 0.3, "look-ahead": "descent"}
+FEDLEAK_SHORT = {"lr": 0.03, "schedule": "none", "tv": 0.2, "blend": 0.3, "look-ahead": "descent", "signed": False}
 
 
 def grid(critic: str, quick: bool) -> list[str]:

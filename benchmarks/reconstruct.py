@@ -40,8 +40,10 @@ from fedaudit.models.train_inverter import InverterTraining, train_inverter
 VARIANTS = [
     ("dlg", "dlg", {}),
     ("ig", "ig", {}),
-    ("fedleak (paper)", "fedleak", {}),
-    ("fedleak (short)", "fedleak", {"lr": 0.03, "tv": 0.2, "blend": 0.3, "look-ahead": "descent"}),
+    ("fedleak (paper)", "fedleak", {"lr": 1e-4, "schedule": "none", "tv": 1e-5, "blend": 0.7, "look-ahead": "ascent",
+                                    "signed": False}),
+    ("fedleak (short)", "fedleak", {"lr": 0.03, "schedule": "none", "tv": 0.2, "blend": 0.3, "look-ahead": "descent",
+                                    "signed": False}),
     ("hfgi", "hfgi", {}),
     ("rgla", "rgla", {}),  # its own budget: 200 Levenberg-Marquardt steps x 4 restarts (logits, not pixels)
 ]
@@ -50,8 +52,9 @@ INVERTER = InverterTraining(epochs=10, batch_size=64, width=8)  # on 3,000 natur
 
 def run_variant(tm, labels, attack, overrides, iterations, seed):
     """One attack with the given labels; RGLA keeps its own budget (logit steps and restarts)."""
-    options = {k: v for k, v in overrides.items() if k != "lr"}
-    loop = {} if attack == "rgla" else {"iterations": iterations, "lr": overrides.get("lr"), "restarts": 1}
+    options = {k: v for k, v in overrides.items() if k not in ("lr", "schedule")}
+    loop = {} if attack == "rgla" else {"iterations": iterations, "lr": overrides.get("lr"), "restarts": 1,
+                                        "schedule": overrides.get("schedule")}
     job = ReconstructJob(Session(seed=seed), tm, attack, options, loop, given_labels=labels)
     return job.optimize(job.build(labels), labels)
 

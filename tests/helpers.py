@@ -28,7 +28,10 @@ class Cli:
     """In-process CLI calls with separate stdout/stderr and no colour."""
 
     def __init__(self):
-        self.runner = CliRunner()
+        try:  # Click < 8.2 mixes stderr into stdout unless told not to; 8.2 dropped the argument
+            self.runner = CliRunner(mix_stderr=False)
+        except TypeError:
+            self.runner = CliRunner()
 
     def __call__(self, *args, expect: int | None = 0):
         result = self.runner.invoke(app, [str(a) for a in args], env={"NO_COLOR": "1", "COLUMNS": "120"})

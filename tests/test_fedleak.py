@@ -110,11 +110,11 @@ def test_sigmoid_resnet_option():
 def test_fedleak_scale_benchmark_runs_tiny(tmp_path):
     out = tmp_path / "run.json"
     res = subprocess.run([sys.executable, "-m", "benchmarks.fedleak_scale", "--width", "4", "--batch", "2",
-                          "--iterations", "4", "--every", "2", "--device", "cpu", "--lr", "0.03", "--opt", "blend=0.3",
+                          "--iterations", "4", "--every", "2", "--device", "cpu", "--lr", "0.03", "--schedule", "none", "--opt", "blend=0.5",
                           "--json", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
     run = json.loads(out.read_text())
-    assert [p["iteration"] for p in run["points"]] == [2, 4] and run["options"]["blend"] == 0.3
+    assert [p["iteration"] for p in run["points"]] == [2, 4] and run["options"]["blend"] == 0.5
     assert 0 < run["final_psnr"] < 60 and run["ms_per_iter"] > 0
     assert run["final_psnr_best_match"] >= run["final_psnr"] - 1e-6  # many-to-one can only score higher
     res = subprocess.run([sys.executable, "-m", "benchmarks.fedleak_scale", "--summarize", str(out),
@@ -122,7 +122,7 @@ def test_fedleak_scale_benchmark_runs_tiny(tmp_path):
                          text=True, timeout=300)
     assert res.returncode == 0, res.stderr
     table = (tmp_path / "table.md").read_text().splitlines()
-    assert table[0] == "tiny" and table[4].startswith("| resnet10 w4 relu, random, B=2 | fedleak | 0.03, none | blend=0.3")
+    assert table[0] == "tiny" and table[4].startswith("| resnet10 w4 relu, random, B=2 | fedleak | 0.03, none | blend=0.5")
     assert json.loads((tmp_path / "table.json").read_text())[0]["final_psnr"] == run["final_psnr"]
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .helpers import ROOT
 
-LINTERS = [".venv/bin/ruff check .", ".venv/bin/mypy"]
+LINTERS = [".venv/bin/ruff check .", ".venv/bin/mypy", ".ci/check-dist"]
 
 
 def test_ci_runs_the_readme_commands():

@@ -51,7 +51,7 @@ class FedLeakDIP(FedLeak):
     defaults = {"iterations": 10000, "lr": 1e-2, "schedule": "cosine", "restarts": 1}
     options = _replace(
         FedLeak.options,
-        blend=(0.3, None), **{"look-ahead": ("descent", None)}, act=(0.0, None), signed=(True, None),
+        blend=(0.3, None), **{"look-ahead": ("descent", None)}, act=(0.0, None), signed=(True, None), tv=(1e-5, None),
         radius=(1.0, "look-ahead: each generator weight moves radius x the current lr along the sign of the gradient"),
     ) + (
         MethodOption("width", int, 256, "generator channels (halved per doubling past 32 px)"),

@@ -75,9 +75,9 @@ class GradInversion(OptimizationAttack):
     defaults = {"iterations": 4000, "lr": 0.1, "schedule": "warmup-cosine", "restarts": 1}
     options = (
         MethodOption("seeds", int, 4, "G: seeds optimised together and pulled toward their consensus (the paper: 8)"),
-        MethodOption("grad-weight", float, 1e-3, "a_G: weight of the gradient distance"),
+        MethodOption("grad-weight", float, 0.1, "a_G: weight of the gradient distance (the paper: 1e-3, at 224 px)"),
         MethodOption("grad-distance", str, "l2", "per-layer L2 norm (the paper) or squared norm (breaching, FGLA)", ("l2", "squared")),
-        MethodOption("tv", float, 1e-4, "a_tv: total variation (DeepInversion's L2 form, normalised space)"),
+        MethodOption("tv", float, 1e-3, "a_tv: total variation, DeepInversion's L2 form in the normalised space (the paper: 1e-4, at 224 px)"),
         MethodOption("l2", float, 1e-6, "a_l2: mean image L2 norm (normalised space)"),
         *bn_options("auto", 0.1),
         MethodOption("group", float, 0.01, "a_group: pull of each seed toward the consensus (0 = off)"),

@@ -15,10 +15,12 @@ P = pyinspect.Parameter
 
 
 def option_params(options) -> list[P]:
-    """``--name`` keyword parameters for each MethodOption (shown in the subcommand's --help)."""
+    """``--name`` keyword parameters for each MethodOption (shown in the subcommand's --help); a bool option is a
+    ``--name/--no-name`` switch."""
     return [P(o.name.replace("-", "_"), P.KEYWORD_ONLY, default=o.default,
               annotation=Annotated[o.type, typer.Option(
-                  f"--{o.name}", help=o.help + (f" ({' | '.join(o.choices)})" if o.choices else ""))])
+                  f"--{o.name}/--no-{o.name}" if o.type is bool else f"--{o.name}",
+                  help=o.help + (f" ({' | '.join(o.choices)})" if o.choices else ""))])
             for o in options]
 
 

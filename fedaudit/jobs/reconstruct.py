@@ -15,7 +15,7 @@ import torch
 from fedaudit.attacks import ATTACKS
 from fedaudit.attacks.base import OptimizationAttack
 from fedaudit.attacks.engine import GradientEngine
-from fedaudit.attacks.loop import LoopConfig, LoopResult, optimize
+from fedaudit.attacks.loop import BARELY_MOVED, LoopConfig, LoopResult, optimize
 from fedaudit.channels import bn_statistics
 from fedaudit.errors import InputError
 from fedaudit.io.files import read_safetensors, safetensors_bytes
@@ -75,12 +75,16 @@ class ReconstructResult:
             out_d["feature_relative_error"] = m["features"]["relative_error"]
         if "risk_band" in m:
             out_d.update(risk_band=m["risk_band"], summary=m["summary"], paper_best_match=m.get("paper_best_match"),
-                         blank_baseline=m.get("blank_baseline"), psnr_above_blank=m.get("psnr_above_blank"))
+                         blank_baseline=m.get("blank_baseline"), psnr_above_blank=m.get("psnr_above_blank"),
+                         risk_band_psnr=m.get("risk_band_psnr"),
+                         identification={k: (m.get("identification") or {}).get(k) for k in ("rate", "identified", "of", "band")})
+        out_d["barely_moved"] = r["attack"]["movement"]["barely_moved"]
         return out_d
 
     def notes(self, out: Path | str) -> list[str]:
         """The lines ``fedaudit reconstruct`` logs on stderr."""
         r, lines = self.report, []
+        lines += [f"warning: {w}" for w in r["attack"].get("warnings", [])]
         recovered = r["attack"].get("recovered")
         if recovered and recovered.get("images_note"):
             lines.append(recovered["images_note"])
@@ -89,7 +93,9 @@ class ReconstructResult:
             fe = m["features"]["relative_error"]
             lines.append(f"features: relative error mean {fe['mean']:.3g}, max {fe['max']:.3g}")
         if "risk_band" in m:
-            lines.append(f"PSNR {m['summary']['psnr']['mean']:.2f} dB, SSIM {m['summary']['ssim']['mean']:.3f}, "
+            ident = m.get("identification") or {}
+            found = f", identified {ident['identified']}/{ident['of']}" if ident.get("rate") is not None else ""
+            lines.append(f"PSNR {m['summary']['psnr']['mean']:.2f} dB, SSIM {m['summary']['ssim']['mean']:.3f}{found}, "
                          f"risk {m['risk_band']} -> {out}/report.html")
         else:
             lines.append(f"{r['status']}: gradient distance {r['attack']['distance']:.4g} -> {out}/report.html")
@@ -204,8 +210,14 @@ class ReconstructJob:
                             "diverged_restarts": result.diverged_restarts, "interrupted": result.interrupted,
                             "resumed_from": result.resumed_from, "recovered_labels": result.labels,
                             "seconds_per_iteration": result.seconds / max(result.iterations_run, 1),
+                            "movement": {"mean_abs_pixel_change": result.movement, "barely_moved": result.barely_moved,
+                                         "threshold": BARELY_MOVED},
                             "history": [list(h) for h in result.history]}
         report["timings"]["attack"] = round(result.seconds, 3)
+        if result.barely_moved:
+            report["attack"]["warnings"] = [
+                f"the images barely moved from their initialisation (mean pixel change {result.movement:.3f} over "
+                f"{result.iterations_run} iterations): this run shows nothing about leakage; raise --lr or --iterations"]
         extra = result.extras.get("report")
         if extra is not None:
             report["attack"][result.extras.get("section", "details")] = extra

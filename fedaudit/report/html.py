@@ -37,6 +37,9 @@ def render_html(report: dict[str, Any], grid_png: bytes | None, image_pngs: list
                  f" &middot; fedaudit {e(str(report.get('tool', {}).get('version')))}</p>")
     metrics = report.get("metrics") or {}
     image_metrics = "per_image" in metrics
+    attack = report.get("attack") if isinstance(report.get("attack"), dict) else {}
+    for warning in (attack or {}).get("warnings", []):
+        parts.append(f"<p class='band medium'>warning: {e(warning)}</p>")
     if image_metrics:
         band = metrics.get("risk_band", "")
         parts.append(f"<h2>Leakage risk: <span class='band {e(band)}'>{e(_band(band))}</span></h2>"
@@ -50,6 +53,14 @@ def render_html(report: dict[str, Any], grid_png: bytes | None, image_pngs: list
             else:
                 parts.append(f"<tr><td class='l'>{e(name)}</td>" + "".join(f"<td>{_num(st[k])}</td>" for k in ("mean", "std", "min", "max")) + "</tr>")
         parts.append("</table>")
+        ident = metrics.get("identification") or {}
+        if ident.get("rate") is not None:
+            parts.append(f"<p>Identification: {ident['identified']} of {ident['of']} reconstructions are nearest (LPIPS-"
+                         f"{e(ident['net'])}) to their own original among {ident['candidates']} candidates (chance "
+                         f"{ident['chance']:.3f}): band {e(_band(ident['band']))}; PSNR band "
+                         f"{e(_band(metrics.get('risk_band_psnr', '')))}.</p>")
+        elif ident:
+            parts.append(f"<p>Identification: not computed ({e(str(ident.get('reason')))}).</p>")
         blank = metrics.get("blank_baseline")
         if blank:
             above = metrics["summary"]["psnr"]["mean"] - blank["floor"]["psnr"]
@@ -80,12 +91,13 @@ def render_html(report: dict[str, Any], grid_png: bytes | None, image_pngs: list
         parts.append(f"<h2>Feature recovery (vs truth)</h2><pre>{e(json.dumps(features, indent=2))}</pre>")
     if image_metrics:
         parts.append("<h2>Per image</h2><table><tr><th>truth</th><th>recon</th><th>image</th><th>PSNR</th><th>SSIM</th>"
-                     "<th>LPIPS</th><th class='l'>band</th></tr>")
+                     "<th>LPIPS</th><th>identified</th><th class='l'>band</th></tr>")
         for row in metrics["per_image"]:
             r = row["recon_index"]
             img = f"<img class='px' width=64 src='{_uri(image_pngs[r])}'>" if r < len(image_pngs) else ""
             parts.append(f"<tr><td>{row['truth_index']}</td><td>{r}</td><td>{img}</td><td>{_num(row['psnr'])}</td>"
-                         f"<td>{_num(row['ssim'])}</td><td>{_num(row['lpips'])}</td><td class='l'>{e(_band(row['risk_band']))}</td></tr>")
+                         f"<td>{_num(row['ssim'])}</td><td>{_num(row['lpips'])}</td><td>{_num(row.get('identified'))}</td>"
+                         f"<td class='l'>{e(_band(row['risk_band']))}</td></tr>")
         parts.append("</table>")
     if report.get("labels"):
         parts.append(f"<h2>Labels</h2><pre>{e(json.dumps(report['labels'], indent=2))}</pre>")
