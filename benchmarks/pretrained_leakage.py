@@ -75,7 +75,7 @@ def run_row(arch: str, size: int, b: int, pretrained: bool, variants: list[str],
         attack, options, loop = VARIANTS[name]
         row = {"arch": arch + (f" {json.dumps(kwargs)}" if kwargs else ""), "size": size, "B": b, "state": "pretrained" if pretrained else "random init",
                "weights": weights, "variant": name, "attack": attack, "seed": seed, "labels": labels_from,
-               "labels_insacc": insacc(labels, y)}
+               "labels_insacc": insacc(labels, y), "budget_s": seconds}
         stop = {"t0": 0.0}
 
         def monitor(att, state, restart, it, stop=stop):
@@ -110,13 +110,15 @@ def _f(v, fmt="{:.2f}") -> str:
 
 
 def summarize(rows: list[dict]) -> str:
-    lines = ["| model | state | px | B | attack | iterations | PSNR (floor) | SSIM | LPIPS | identified | band | ms/it |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| model | state | px | B | labels InsAcc | attack | budget | iterations | PSNR (floor) | SSIM | LPIPS | identified | band | ms/it |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
+        head = f"| {r['arch']} | {r['state']} | {r['size']} | {r['B']} | {r['labels_insacc']:.2f} | {r['variant']} |"
         if "error" in r:
-            lines.append(f"| {r['arch']} | {r['state']} | {r['size']} | {r['B']} | {r['variant']} | - | {r['error']} |||||")
+            lines.append(f"{head} - | - | {r['error']} ||||||")
             continue
-        lines.append(f"| {r['arch']} | {r['state']} | {r['size']} | {r['B']} | {r['variant']} | {r['iterations']} | "
+        budget = f"{r['budget_s']:.0f} s" if r.get("budget_s") else f"{r['iterations']} it"
+        lines.append(f"{head} {budget} | {r['iterations']} | "
                      f"{r['psnr']:.2f} ({r['floor']:.2f}) | {r['ssim']:.3f} | {_f(r['lpips'], '{:.3f}')} | "
                      f"{r['identified']}/{r['of']} | {r['risk_band']} | {1000 * r['s_per_iter']:.0f} |")
     return "\n".join(lines) + "\n"
@@ -159,11 +161,12 @@ def main(argv=None) -> int:
     for arch in args.arch.split(","):
         for b in (int(v) for v in args.batch.split(",")):
             for state in args.state.split(","):
-                rows += run_row(arch, args.size, b, state == "pretrained", args.attacks.split(","), args.iterations,
-                                args.seconds, args.labels, args.seed, args.arch_kwargs)
-    if args.json:
-        old = json.loads(args.json.read_text()) if args.json.exists() else []
-        args.json.write_text(json.dumps(old + rows, indent=1))
+                new = run_row(arch, args.size, b, state == "pretrained", args.attacks.split(","), args.iterations,
+                              args.seconds, args.labels, args.seed, args.arch_kwargs)
+                rows += new
+                if args.json:  # after every row, so a long queue that is stopped keeps what it finished
+                    old = json.loads(args.json.read_text()) if args.json.exists() else []
+                    args.json.write_text(json.dumps(old + new, indent=1))
     print(summarize(rows))
     return 0
 

@@ -27,7 +27,8 @@ def momentum_weights(steps: int, momentum: float) -> list[float]:
     return [(1 - momentum ** (steps - j)) / (1 - momentum) for j in range(steps)]
 
 
-def _optimizer(meta: UpdateMeta) -> tuple[float, float]:
+def optimizer_terms(meta: UpdateMeta) -> tuple[float, float]:
+    """(momentum, weight decay) of the recorded plain or heavy-ball SGD; other optimisers are refused."""
     opt = meta.optimizer or {}
     name = str(opt.get("name", "sgd")).lower()
     if name != "sgd" or opt.get("nesterov"):
@@ -52,7 +53,7 @@ def local_minus_global(meta: UpdateMeta, raw: torch.Tensor, global_value: torch.
 
 def gradient_scale(meta: UpdateMeta) -> float:
     """The factor s with ``g_hat = -Delta / s`` (``eta * sum_j c_j``)."""
-    momentum, _ = _optimizer(meta)
+    momentum, _ = optimizer_terms(meta)
     if meta.local_lr is None:
         raise InputError(f"a {meta.kind} update needs fedaudit.local_lr to become a gradient")
     return float(meta.local_lr) * sum(momentum_weights(meta.local_steps, momentum))
@@ -67,7 +68,7 @@ def to_average_gradient(meta: UpdateMeta, raw: dict[str, torch.Tensor], global_p
                 raise InputError("a reduction=sum gradient needs fedaudit.batch_size to become a mean gradient")
             return {k: v.float() / meta.batch_size for k, v in raw.items()}
         return {k: v.float() for k, v in raw.items()}
-    _, wd = _optimizer(meta)
+    _, wd = optimizer_terms(meta)
     scale = gradient_scale(meta)
     out = {}
     for k, v in raw.items():
@@ -75,3 +76,19 @@ def to_average_gradient(meta: UpdateMeta, raw: dict[str, torch.Tensor], global_p
         g = -local_minus_global(meta, v.float(), w0) / scale
         out[k] = g - wd * w0 if wd else g
     return out
+
+
+def path_fractions(steps: int, momentum: float) -> list[float]:
+    """Where step k's gradient is taken, for k = 0..K-1, as the fraction of the client's whole change Delta it has
+    travelled when every step's gradient is the same: after k heavy-ball steps the displacement is
+    ``sum_{i=1..k} (1 - mu^i) / (1 - mu)`` gradients, and after K it is ``sum_j c_j`` (plain SGD: k / K)."""
+    reach = [sum((1 - momentum ** i) / (1 - momentum) if momentum else 1.0 for i in range(1, k + 1))
+             for k in range(steps + 1)]
+    return [r / reach[-1] for r in reach[:-1]]
+
+
+def client_change(meta: UpdateMeta, gradient: torch.Tensor, global_value: torch.Tensor) -> torch.Tensor:
+    """``w_local - w_global`` back from the averaged gradient of a delta or weights update (the inverse of
+    ``to_average_gradient``, weight decay included)."""
+    _, wd = optimizer_terms(meta)
+    return -gradient_scale(meta) * (gradient + wd * global_value.float())

@@ -5,6 +5,7 @@ Label methods and attacks receive only this object; ground truth never enters it
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,7 +13,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from fedaudit.conversion import local_minus_global, to_average_gradient
+from fedaudit.conversion import client_change, local_minus_global, to_average_gradient
 from fedaudit.errors import InputError, NotApplicable
 from fedaudit.io.checkpoint import Checkpoint, load_checkpoint
 from fedaudit.io.update import RecordedUpdate, UpdateMeta, load_update
@@ -132,6 +133,16 @@ class ThreatModel:
     @property
     def final_bias_grad(self) -> torch.Tensor | None:
         return self.grad(f"{self.final_layer}.bias") if self.final_layer else None
+
+    def model_along_update(self, fraction: float) -> nn.Module:
+        """A copy of the model ``fraction`` of the way from the global to the client's final parameters (a delta or
+        weights upload reveals them; withheld parameters stay where they were)."""
+        model = copy.deepcopy(self.model)
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if name in self.gradient:
+                    p.add_(fraction * client_change(self.meta, self.gradient[name].to(p.device), p).to(p.dtype))
+        return model
 
     @property
     def has_batchnorm(self) -> bool:

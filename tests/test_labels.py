@@ -217,9 +217,14 @@ def test_auto_routes_a_trained_model_to_llg(tmp_path):
     save_update(tmp_path / "trained_u.safetensors", cap.tensors, cap.meta)
     trained = load_threat_model(tmp_path / "trained.safetensors", tmp_path / "trained_u.safetensors")
     aux = Aux(x[perm[-500:]], y[perm[-500:]], "images")  # public images: the reliable way to see input dependence
-    r = _plain("auto", trained, aux)
+    r = LabelJob(Session(aux=aux), trained, "auto", {"strategy": "rules"}).result()
     assert r.diagnostics["softmax_spread"] >= 0.3 and r.diagnostics["chosen"] == "llg"
     assert r.diagnostics["regime"] == "trained-like outputs" and int(r.counts_int.sum()) == 4
+    # the default (hybrid) scores every candidate on trained-like outputs, and says what the rules would have picked
+    r = _plain("auto", trained, aux)
+    assert r.diagnostics["strategy"] == "evidence" and r.diagnostics["rules_choice"] == "llg"
+    assert int(r.counts_int.sum()) == 4 and len(r.diagnostics["candidates"]) >= 5
+    assert r.labels == labels  # RLU's counts explain this update best, and they are exact
 
 
 def test_fedavg_delta_counts_every_step(cli):

@@ -15,6 +15,7 @@ from fedaudit.labels import (  # noqa: E402,F401
     ilrg,
     llg,
     llg_plus,
+    rlu,
     yin,
     zlg,
 )

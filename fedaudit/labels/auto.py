@@ -1,22 +1,32 @@
-"""``auto``: the best label method the update supports, and which one it chose (and why).
+"""``auto``: the label method whose counts best explain this update, every candidate and its score reported.
 
-Rules, from benchmarks/labels.py (README table):
-* A batch of one (one step): iDLG, which is exact.
-* Output layer withheld: GDBR.
-* Otherwise the choice depends on whether the model's softmax depends on its input. fedaudit measures the
-  *spread*, the mean total-variation distance between each aux (or dummy) sample's softmax and their mean.
-  - Spread < 0.3 (outputs nearly input-independent, e.g. early training): bias-count, then ZLG, then iLRG.
-    These are exact up to that spread; random-init models measured <= 0.21.
-  - Otherwise (trained-like; measured >= 0.35): LLG, then HFGI. These use the gradient alone and degrade
-    least on trained models.
-Methods that take auxiliary data use ``--aux`` when given, Gaussian dummies otherwise.
+``--strategy hybrid`` (default): the rules below where they are near exact (one local step and input-independent
+outputs: random-init models), the evidence elsewhere (several local steps, or trained-like outputs). Measured on
+MNIST LeNet/ConvNet rows (docs/results/labels.md) the evidence alone loses up to 9 points to the rules at random
+init, K = 1 (it is sometimes confidently wrong there) and gains up to 19 points where the rules' assumptions fail.
+
+``--strategy evidence``: run every applicable count method (aux data where given, Gaussian dummies
+otherwise), score each distinct count vector by how well it explains the output layer's update under the model
+(fedaudit/labels/evidence.py: cosine distance between the expected and the observed weight and bias gradients, no
+ground truth), keep the best; ties go to the earlier method of the rules' order. Exact cases keep their rule: a
+batch of one (one step) is iDLG, a withheld output layer is GDBR.
+
+``--strategy rules`` (the earlier behaviour, and the fallback when no candidate can be scored): a fixed
+preference by the softmax *spread*, the mean total-variation distance between each aux (or dummy) sample's
+softmax and their mean. Spread < 0.3 (input-independent outputs, e.g. early training): bias-count, then ZLG, then
+iLRG; otherwise (trained-like): LLG, then HFGI (docs/results/labels.md).
 """
 
 from __future__ import annotations
 
+import time
+
+from fedaudit.errors import NotApplicable
 from fedaudit.labels import LABEL_METHODS
 from fedaudit.labels.base import LabelMethod, LabelResult
+from fedaudit.labels.evidence import Evidence
 from fedaudit.labels.features import head_stats
+from fedaudit.methods import MethodOption
 from fedaudit.session import Aux, Session
 from fedaudit.threat_model import ThreatModel
 
@@ -24,6 +34,8 @@ DUMMIES = 500
 SPREAD_THRESHOLD = 0.3
 UNTRAINED = ("bias-count", "zlg", "ilrg", "llg", "hfgi", "fedleak", "gdbr")
 TRAINED = ("llg", "hfgi", "zlg", "bias-count", "ilrg", "fedleak", "gdbr")
+# evidence candidates, in tie-break order (the exact-at-random-init methods first)
+CANDIDATES = ("bias-count", "zlg", "ilrg", "rlu", "llg-plus", "llg", "hfgi", "fedleak")
 
 
 def softmax_spread(tm: ThreatModel, session: Session) -> float:
@@ -32,23 +44,33 @@ def softmax_spread(tm: ThreatModel, session: Session) -> float:
     return float(0.5 * (p - p.mean(0)).abs().sum(1).mean())
 
 
+def _with_aux(tm: ThreatModel, session: Session, method: type[LabelMethod]) -> Session:
+    """The session a candidate runs with: Gaussian dummies for a method that takes aux data when none was given."""
+    if session.aux is None and method.aux in ("optional", "labelled"):
+        return session.replace(aux=Aux.dummies(tm.spec, DUMMIES, session.seed))
+    return session
+
+
 def _candidates(tm: ThreatModel, session: Session, spread: float | None):
-    """(name, method class, session) in order of preference; methods that take aux data get dummies when the
-    session has none."""
+    """(name, method class, session) in the rules' order of preference."""
     single = tm.batch_size == 1 and tm.meta.local_steps == 1
     order: tuple[str, ...] = ("idlg",) if single else ()
     order += UNTRAINED if spread is None or spread < SPREAD_THRESHOLD else TRAINED
     for name in order:
         method = LABEL_METHODS.get(name)
-        use_dummies = session.aux is None and method.aux == "optional"
-        yield name, method, session.replace(aux=Aux.dummies(tm.spec, DUMMIES, session.seed)) if use_dummies else session
+        yield name, method, _with_aux(tm, session, method)
 
 
 @LABEL_METHODS.register
 class Auto(LabelMethod):
     name = "auto"
-    summary = "the best method applicable to this update (says which it chose and why)"
+    summary = "runs the applicable methods and keeps the counts that best explain the update (reports every score)"
     paper = "see docs/results/labels.md"
+    options = (
+        MethodOption("strategy", str, "hybrid", "evidence: score every candidate; rules: a fixed preference order; "
+                     "hybrid: rules where they are exact (one step, input-independent outputs), evidence elsewhere",
+                     ("hybrid", "evidence", "rules")),
+    )
 
     @classmethod
     def why_not(cls, tm: ThreatModel, session: Session | None = None) -> list[str]:
@@ -63,14 +85,67 @@ class Auto(LabelMethod):
 
     def run(self, tm: ThreatModel, session: Session) -> LabelResult:
         spread = softmax_spread(tm, session) if tm.final_layer else None
+        exact = (tm.batch_size == 1 and tm.meta.local_steps == 1) or tm.final_layer is None \
+            or tm.final_weight_grad is None and tm.final_bias_grad is None
+        rules_exact = tm.meta.local_steps == 1 and spread is not None and spread < SPREAD_THRESHOLD
+        strategy = self.opt("strategy")
+        if strategy == "hybrid":
+            strategy = "rules" if rules_exact else "evidence"
+        if strategy == "evidence" and not exact:
+            result = self._by_evidence(tm, session, spread)
+            if result is not None:
+                return result
+        return self._by_rules(tm, session, spread)
+
+    def _by_rules(self, tm: ThreatModel, session: Session, spread: float | None) -> LabelResult:
         for name, method, sub in _candidates(tm, session, spread):
             if not method.why_not(tm, sub):
                 chosen = method()
                 result = chosen.run(tm, sub)
-                regime = "input-independent outputs" if spread is not None and spread < SPREAD_THRESHOLD else "trained-like outputs"
-                result.diagnostics = {"chosen": name, "softmax_spread": spread, "regime": regime,
+                result.diagnostics = {"chosen": name, "strategy": "rules", **self._regime(spread),
                                       "chosen_options": chosen.opts, "aux": sub.aux.kind if sub.aux else None,
                                       **result.diagnostics}
                 return result
         self.check_applicable(tm, session)
         raise AssertionError("unreachable")
+
+    @staticmethod
+    def _regime(spread: float | None) -> dict:
+        regime = "input-independent outputs" if spread is not None and spread < SPREAD_THRESHOLD else "trained-like outputs"
+        return {"softmax_spread": spread, "regime": regime}
+
+    def _by_evidence(self, tm: ThreatModel, session: Session, spread: float | None) -> LabelResult | None:
+        aux = session.aux if session.aux is not None and session.aux.labels is not None \
+            else Aux.dummies(tm.spec, DUMMIES, session.seed)
+        try:
+            evidence = Evidence(tm, aux)
+        except (NotApplicable, ValueError):
+            return None
+        runs: list[tuple[str, LabelResult, float, float]] = []
+        skipped: dict[str, str] = {}
+        for name in CANDIDATES:
+            method = LABEL_METHODS.get(name)
+            sub = _with_aux(tm, session, method)
+            why = method.why_not(tm, sub)
+            if why:
+                skipped[name] = "; ".join(why)
+                continue
+            t0 = time.perf_counter()
+            try:
+                result = method().run(tm, sub)
+            except (NotApplicable, ValueError) as exc:
+                skipped[name] = str(exc)
+                continue
+            runs.append((name, result, evidence.score(result.counts_int), time.perf_counter() - t0))
+        if not runs:
+            return None
+        best = min(range(len(runs)), key=lambda i: (round(runs[i][2], 9), i))
+        name, result, score, _ = runs[best]
+        rules_choice = next((n for n, m, s in _candidates(tm, session, spread) if not m.why_not(tm, s)), None)
+        result.diagnostics = {
+            "chosen": name, "strategy": "evidence", "score": score, "evidence_aux": aux.kind,
+            "rules_choice": rules_choice, **self._regime(spread),
+            "candidates": [{"method": n, "score": s, "counts": r.counts_int.tolist(), "seconds": round(t, 3)}
+                           for n, r, s, t in runs],
+            "not_run": skipped, **result.diagnostics}
+        return result

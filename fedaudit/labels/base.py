@@ -39,7 +39,7 @@ class LabelMethod(Method):
     ``run`` reads the aux data and the seed from the session."""
 
     counts_capable: ClassVar[bool] = True
-    aux: ClassVar[str] = "none"  # "none" | "optional" (aux or --dummy) | "required" | "labelled" (aux with labels)
+    aux: ClassVar[str] = "none"  # "none" | "optional" (aux or --dummy) | "required" | "labelled" (labelled aux or --dummy)
 
     def __init__(self, options: Mapping[str, Any] | None = None):
         self.opts = self.parse_options(options)
@@ -59,8 +59,10 @@ class LabelMethod(Method):
         reasons = unmet(cls.requires, tm)
         if session is not None:
             aux = session.aux
-            if cls.aux in ("required", "labelled") and (aux is None or aux.kind != "images"):
-                reasons.append(f"needs auxiliary images (--aux){' with labels' if cls.aux == 'labelled' else ''}")
+            if cls.aux == "required" and (aux is None or aux.kind != "images"):
+                reasons.append("needs auxiliary images (--aux)")
+            elif cls.aux == "labelled" and aux is None:  # dummies are labelled round-robin (LLG*-style)
+                reasons.append("needs labelled auxiliary images (--aux with labels) or Gaussian dummies (--dummy)")
             elif cls.aux == "optional" and aux is None:
                 reasons.append("needs auxiliary images (--aux) or Gaussian dummies (--dummy)")
             elif cls.aux == "labelled" and aux is not None and aux.labels is None:

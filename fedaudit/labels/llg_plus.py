@@ -44,13 +44,6 @@ class LLGPlus(LabelMethod):
         MethodOption("impact", str, "global", "impact per sample: global (reference code) or per-class", ("global", "per-class")),
     )
 
-    @classmethod
-    def why_not(cls, tm, session=None):
-        reasons = super().why_not(tm, session)
-        if session is not None and session.aux is not None and session.aux.kind == "dummy":  # LLG*: dummies are labelled
-            reasons = [r for r in reasons if "auxiliary images" not in r]
-        return reasons
-
     def run(self, tm: ThreatModel, session: Session) -> LabelResult:
         b, c = samples_in_update(tm), tm.spec.num_classes
         aux = self.aux_of(session)

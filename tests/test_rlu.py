@@ -1,0 +1,155 @@
+"""RLU and ``auto --strategy evidence``: exactness on an untrained LeNet, the K-step FedAvg case, the truth-free
+score, and the CLI's answers when the method cannot apply."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from fedaudit.client.capture import CaptureConfig, capture_update
+from fedaudit.data.offline import MNIST_MEAN, MNIST_STD, mnist_digits
+from fedaudit.io.checkpoint import Checkpoint
+from fedaudit.jobs import Aux, LabelJob, Session
+from fedaudit.labels import LABEL_METHODS
+from fedaudit.labels.evidence import Evidence
+from fedaudit.metrics.labels import label_metrics
+from fedaudit.models import ModelSpec, build_model
+from fedaudit.models.normalize import normalize
+from fedaudit.threat_model import ThreatModel
+
+from .helpers import assert_one_error_line, sample
+
+SPEC = ModelSpec("lenet", 10, (1, 32, 32), MNIST_MEAN, MNIST_STD, {})  # DLG's LeNet: sigmoid, U(-0.5, 0.5) init
+
+
+@pytest.fixture(scope="module")
+def digits():
+    """Victim pool (4,000 digits of a seeded shuffle) and 50 aux digits per class from the rest, never both."""
+    x, y = mnist_digits(pad_to=32)
+    perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(0))
+    x, y = x[perm], y[perm]
+    rest = torch.arange(4000, len(y))
+    aux_idx = torch.cat([rest[y[rest] == c][:50] for c in range(10)])
+    return x[:4000], y[:4000], Aux(x[aux_idx], y[aux_idx], "images")
+
+
+def _tm(x, y, cfg, seed=0):
+    torch.manual_seed(seed)
+    model = build_model(SPEC)
+    cap = capture_update(model, SPEC, x, y, cfg)
+    return ThreatModel.from_tensors(Checkpoint.in_memory(SPEC, model), cap.tensors, cap.meta)
+
+
+def _insacc(result, y) -> float:
+    return label_metrics(result.counts_int, torch.bincount(y, minlength=10))["InsAcc"]
+
+
+def test_rlu_is_exact_on_an_untrained_lenet_batch_with_repeats(digits):
+    x, y, aux = digits
+    labels = [1, 1, 1, 4, 4, 7, 7, 7, 7, 9]
+    idx = torch.cat([torch.nonzero(y == c).flatten()[i:i + 1] for i, c in enumerate(labels)])
+    tm = _tm(x[idx], y[idx], CaptureConfig(batch_size=len(idx), bn_mode="eval"))
+    for confidence in ("empirical", "gaussian", "simple"):
+        r = LabelJob(Session(aux=aux), tm, "rlu", {"confidence": confidence}).result()
+        assert r.labels == sorted(labels), confidence
+        assert r.diagnostics["residual"] < 0.2 and r.diagnostics["aux_count"] == 500
+
+
+def test_rlu_on_a_fedavg_delta_beats_llg(digits):
+    """K = 4 local SGD steps (lr 0.01) on 4 batches of 16: the model moves between steps, which RLU follows along the
+    path to the client's final model; LLG's rule assumes the first step's model throughout."""
+    x, y, aux = digits
+    rlu, llg, sim = [], [], []
+    for trial in range(2):
+        idx = torch.randperm(len(y), generator=torch.Generator().manual_seed(trial))[:64]
+        tm = _tm(x[idx], y[idx], CaptureConfig(batch_size=16, local_steps=4, lr=0.01, kind="delta", bn_mode="eval"))
+        session = Session(aux=aux)
+        rlu.append(_insacc(LabelJob(session, tm, "rlu").result(), y[idx]))
+        sim.append(_insacc(LabelJob(session, tm, "rlu", {"trajectory": "simulate", "simulations": 2}).result(), y[idx]))
+        llg.append(_insacc(LabelJob(session, tm, "llg").result(), y[idx]))
+    assert sum(rlu) / 2 >= sum(llg) / 2 + 0.10, (rlu, llg)
+    assert sum(sim) / 2 >= sum(llg) / 2, (sim, llg)
+
+
+def test_evidence_scores_the_true_counts_best_and_auto_reports_every_candidate(digits):
+    x, y, aux = digits
+    idx = torch.randperm(len(y), generator=torch.Generator().manual_seed(3))[:16]
+    tm = _tm(x[idx], y[idx], CaptureConfig(batch_size=16, bn_mode="eval"))
+    ev = Evidence(tm, aux)
+    true = torch.bincount(y[idx], minlength=10)
+    wrong = true.roll(1)  # the same multiset on the wrong classes
+    assert ev.score(true) < ev.score(wrong)
+    r = LabelJob(Session(aux=aux), tm, "auto", {"strategy": "evidence"}).result()
+    d = r.diagnostics
+    assert d["strategy"] == "evidence" and d["rules_choice"] == "bias-count"
+    names = [c["method"] for c in d["candidates"]]
+    assert {"bias-count", "zlg", "ilrg", "rlu", "llg"} <= set(names)
+    assert d["score"] == min(c["score"] for c in d["candidates"])
+    assert all(sum(c["counts"]) == 16 for c in d["candidates"])
+    hybrid = LabelJob(Session(aux=aux), tm, "auto").result()  # one step, random init: the rules are near exact here
+    assert hybrid.diagnostics["strategy"] == "rules" and hybrid.diagnostics["chosen"] == "bias-count"
+
+
+def test_auto_by_evidence_on_a_fedavg_delta_beats_the_rules(digits):
+    """K = 4 steps at lr 0.01 on an untrained LeNet: the rules take bias-count (first-step assumptions); the default
+    (hybrid) strategy scores every candidate here, and the counts that explain the update best are more accurate."""
+    x, y, aux = digits
+    ev_acc, rules_acc = [], []
+    for trial in range(2):
+        idx = torch.randperm(len(y), generator=torch.Generator().manual_seed(10 + trial))[:64]
+        tm = _tm(x[idx], y[idx], CaptureConfig(batch_size=16, local_steps=4, lr=0.01, kind="delta", bn_mode="eval"))
+        chosen = LabelJob(Session(aux=aux), tm, "auto").result()
+        assert chosen.diagnostics["strategy"] == "evidence"
+        ev_acc.append(_insacc(chosen, y[idx]))
+        rules_acc.append(_insacc(LabelJob(Session(aux=aux), tm, "auto", {"strategy": "rules"}).result(), y[idx]))
+    assert sum(ev_acc) >= sum(rules_acc) + 0.10, (ev_acc, rules_acc)
+
+
+def test_rlu_cli_runs_and_says_when_it_cannot_apply(cli, tmp_path):
+    ckpt, upd, truth = sample("lenet_fedavg_k3")
+    r = cli("labels", "rlu", ckpt, upd, "--dummy", "--truth", truth, "--trajectory", "simulate", "-q")
+    out = json.loads(r.stdout)
+    assert len(out["labels"]) == 12 and out["diagnostics"]["trajectory"] == "simulate"
+    assert out["diagnostics"]["refinements"] >= 1
+    r = cli("labels", "rlu", ckpt, upd, "-q", expect=2)  # no aux data, no dummies
+    assert_one_error_line(r.stderr, "not applicable", "rlu", "--dummy")
+    r = cli("labels", "rlu", ckpt, upd, "--dummy", "--trajectory", "sideways", expect=2)
+    assert_one_error_line(r.stderr, "--trajectory must be one of")
+
+
+def test_rlu_needs_the_output_bias_gradient(cli, tmp_path):
+    """An update that withholds the output bias: RLU says so instead of guessing."""
+    x, y = mnist_digits(pad_to=32)
+    torch.manual_seed(0)
+    model = build_model(SPEC)
+    cap = capture_update(model, SPEC, x[:4], y[:4], CaptureConfig(batch_size=4, withhold=("fc.bias",), bn_mode="eval"))
+    tm = ThreatModel.from_tensors(Checkpoint.in_memory(SPEC, model), cap.tensors, cap.meta)
+    assert any("bias" in why for why in LABEL_METHODS.get("rlu").why_not(tm, Session(aux=Aux.dummies(SPEC, 50, 0))))
+
+
+@pytest.mark.parametrize("momentum,wd", [(0.0, 0.0), (0.9, 5e-4)])
+def test_the_path_to_the_clients_final_model(digits, momentum, wd):
+    """model_along_update(1) is the client's final model (momentum and weight decay undone exactly); the step
+    fractions are k/K for plain SGD and front-light under momentum (early steps move less)."""
+    from fedaudit.conversion import path_fractions
+
+    x, y, _ = digits
+    cfg = CaptureConfig(batch_size=8, local_steps=4, lr=0.05, momentum=momentum, weight_decay=wd, kind="delta", bn_mode="eval")
+    tm = _tm(x[:32], y[:32], cfg)
+    torch.manual_seed(0)
+    model = build_model(SPEC)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=momentum, weight_decay=wd)
+    for k in range(4):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(normalize(x[8 * k:8 * k + 8], SPEC)), y[8 * k:8 * k + 8]).backward()
+        opt.step()
+    moved = tm.model_along_update(1.0)
+    assert max(float((a - b).detach().abs().max()) for a, b in zip(moved.parameters(), model.parameters())) < 1e-6
+    fractions = path_fractions(4, momentum)
+    assert fractions[0] == 0 and all(a < b for a, b in zip(fractions, fractions[1:])) and fractions[-1] < 1
+    if momentum == 0:
+        assert fractions == [0.0, 0.25, 0.5, 0.75]
+    else:
+        assert fractions[1] < 0.25
