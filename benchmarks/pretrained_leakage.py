@@ -34,6 +34,9 @@ from fedaudit.metrics.evaluate import evaluate_images
 from fedaudit.models import ModelSpec
 from fedaudit.models.build import initial_model, model_entry
 
+PROBE = 20  # iterations timed to size an equal-time budget
+SLACK = 1.25  # an equal-time run is stopped at this multiple of its seconds if the probe underestimated
+
 # name -> (attack, options, loop settings)
 FEDLEAK_PAPER = {"blend": 0.7, "look-ahead": "ascent", "tv": 1e-5, "act": 1e-4, "signed": False}
 VARIANTS = {
@@ -78,10 +81,16 @@ def run_row(arch: str, size: int, b: int, pretrained: bool, variants: list[str],
                "labels_insacc": insacc(labels, y), "budget_s": seconds}
         stop = {"t0": 0.0}
 
-        def monitor(att, state, restart, it, stop=stop):
-            return seconds is not None and time.perf_counter() - stop["t0"] > seconds
+        def monitor(att, state, restart, it, stop=stop):  # a safety net: the budget is sized to `seconds`
+            return seconds is not None and time.perf_counter() - stop["t0"] > SLACK * seconds
 
-        job = ReconstructJob(Session(seed=seed), tm, attack, options, {"iterations": iterations, **loop},
+        budget = iterations
+        if seconds is not None:  # equal time: the iterations this attack runs in `seconds`, so its schedule completes
+            probe = ReconstructJob(Session(seed=seed), tm, attack, options, {**loop, "iterations": PROBE},
+                                   given_labels=labels)
+            t = probe.optimize(probe.build(labels), labels)
+            budget = max(PROBE, min(iterations, int(seconds / max(t.seconds / max(t.iterations_run, 1), 1e-6))))
+        job = ReconstructJob(Session(seed=seed), tm, attack, options, {**loop, "iterations": budget},
                              given_labels=labels, monitor=monitor, monitor_every=10 if seconds else 0)
         try:
             a = job.build(labels)
@@ -136,7 +145,8 @@ def main(argv=None) -> int:
     ap.add_argument("--variant", action="append", default=[], metavar="NAME=SPEC",
                     help="an extra variant, e.g. 'fl-lr03=fedleak:lr=0.03:schedule=step' (options and loop settings); repeatable")
     ap.add_argument("--iterations", type=int, default=2500)
-    ap.add_argument("--seconds", type=float, help="wall-clock budget per attack (equal time)")
+    ap.add_argument("--seconds", type=float, help="wall-clock budget per attack (equal time): each attack runs the "
+                    "iterations a 20-iteration probe says fit, capped by --iterations, so its schedule completes")
     ap.add_argument("--labels", choices=("auto", "true"), default="auto")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)

@@ -161,3 +161,41 @@ def test_audit_writes_the_matrix(cli, tmp_path):
     assert_one_error_line(res.stderr, "no option 'rate'")
     res = cli("audit", CKPT, UPD, "--truth", TRUTH, "-o", tmp_path / "a4", "--attack-options", "ig:lr=fast", expect=2)
     assert_one_error_line(res.stderr, "lr='fast'")
+
+
+@pytest.mark.parametrize("args,fragment", [
+    (("--defenses", "none,prune:1.5"), "prune: ratio must be in [0, 1], got 1.5"),
+    (("--defenses", "dp:eps=-1"), "dp: epsilon must be > 0"),
+    (("--defenses", "dp"), "dp: give a noise level"),
+    (("--attacks", "hfgi"), "needs auxiliary images (--aux) or Gaussian dummies (--dummy)"),
+])
+def test_audit_refuses_a_plan_that_cannot_run_before_any_work(cli, tmp_path, args, fragment):
+    """A bad defense row or an attack that cannot start: exit 2 with one line, and no output folder."""
+    out = tmp_path / "audit"
+    res = cli("audit", CKPT, UPD, "--truth", TRUTH, "-o", out, "-n", "3", "-q", "--fail-on", "medium", *args, expect=2)
+    assert_one_error_line(res.stderr, fragment)
+    assert not out.exists()
+
+
+def test_audit_with_a_cell_that_fails_at_run_time_is_incomplete(cli, tmp_path, monkeypatch):
+    """A cell that fails on a defended copy: the finished cells are written, status 'incomplete', exit 3 even with
+    --fail-on never, and one stderr line names what did not run; --fail-on never passes over it."""
+    from fedaudit.errors import FedauditError
+    from fedaudit.jobs import reconstruct
+
+    real = reconstruct.ReconstructJob.run
+
+    def flaky(self, truth=None, inputs=None):
+        if self.tm.meta.defenses:  # only the defended copy
+            raise FedauditError("simulated failure on the defended copy")
+        return real(self, truth, inputs)
+
+    monkeypatch.setattr(reconstruct.ReconstructJob, "run", flaky)
+    out = tmp_path / "audit"
+    res = cli("audit", CKPT, UPD, "--truth", TRUTH, "-o", out, "--attacks", "ig", "--defenses", "none,prune:0.5",
+              "-n", "3", "-q", "--fail-on", "never", expect=3)
+    assert_one_error_line(res.stderr, "audit incomplete: 1 planned", "prune:0.5 x ig: simulated failure")
+    doc = json.loads((out / "audit.json").read_text())
+    assert doc["status"] == "incomplete" and doc["failed"] == ["prune:0.5 x ig: simulated failure on the defended copy"]
+    assert [c.get("error") is None for c in doc["cells"]] == [True, False]
+    assert json.loads(res.stdout)["status"] == "incomplete"

@@ -100,3 +100,24 @@ def test_ig_leaks_from_the_random_init_control_at_batch_two():
     result = job.optimize(job.build(y.tolist()), y.tolist())
     floor = blank_baseline(x)["floor"]["psnr"]
     assert score(result.images, x)[0] > floor + 1.0, (score(result.images, x), floor)
+
+
+@needs_weights
+@pytest.mark.slow
+def test_equal_time_rows_size_each_attacks_budget_to_the_time(tmp_path):
+    """``--seconds S``: each attack runs the iterations a short probe says fit in S (so its schedule completes),
+    and the row records the budget, the labels' accuracy and the identification rate."""
+    import json
+
+    from benchmarks import pretrained_leakage as bench
+
+    out = tmp_path / "rows.json"
+    assert bench.main(["--arch", "alexnet-imagenet", "--size", "32", "--batch", "2", "--state", "random",
+                       "--attacks", "ig,fedleak", "--seconds", "3", "--iterations", "100000", "--threads", "1",
+                       "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())
+    assert [r["variant"] for r in rows] == ["ig", "fedleak"]
+    for r in rows:
+        assert r["budget_s"] == 3 and r["labels_insacc"] == 1.0 and r["of"] == 2
+        assert bench.PROBE <= r["iterations"] < 100000 and r["seconds"] <= bench.SLACK * 3 + 1
+    assert rows[0]["iterations"] > rows[1]["iterations"]  # FedLeak's iteration costs about twice IG's

@@ -153,3 +153,22 @@ def test_the_path_to_the_clients_final_model(digits, momentum, wd):
         assert fractions == [0.0, 0.25, 0.5, 0.75]
     else:
         assert fractions[1] < 0.25
+
+
+@pytest.mark.slow
+def test_labels_fedavg_benchmark_runs_a_small_grid(tmp_path):
+    """The FedAvg label benchmark on a 2-row grid per state: every method applies, auto and auto-rules are columns,
+    the two-class batches hold two classes, and the table marks the best single method."""
+    from benchmarks import labels_fedavg as bench
+
+    assert bench.main(["--models", "lenet", "--K", "1,2", "--lr", "0.05", "--momentum", "0", "--B", "4",
+                       "--batch", "two-class", "--trials", "1", "--threads", "1", "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "labels_fedavg.json").read_text())
+    assert [(r["state"], r["K"]) for r in rows] == [("random init", 1), ("random init", 2), ("trained", 1), ("trained", 2)]
+    assert all(set(bench.METHODS) <= set(r["InsAcc"]) for r in rows)
+    assert all(0 <= v <= 1 for r in rows for v in r["InsAcc"].values())
+    table = (tmp_path / "labels_fedavg.md").read_text()
+    assert table.count("| lenet |") == 4 and "**" in table
+    g = torch.Generator().manual_seed(0)
+    _, y = mnist_digits()
+    assert len(set(y[bench.victims(y, 8, "two-class", g)].tolist())) == 2

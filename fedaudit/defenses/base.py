@@ -26,6 +26,10 @@ class Defense(Method):
     def __init__(self, options: Mapping[str, Any] | None = None):
         self.opts = self.parse_options(options)
         self.info: dict[str, Any] = {}
+        self.validate()
+
+    def validate(self) -> None:
+        """Refuse option values the defense cannot use (InputError), when it is built: before any work starts."""
 
     def apply(self, tm: ThreatModel, grads: dict[str, torch.Tensor], session: Session,
               batch: Truth | None) -> dict[str, torch.Tensor]:

@@ -46,14 +46,18 @@ class DP(Defense):
         MethodOption("formula", str, "gaussian", "epsilon -> sigma: gaussian (ln 1.25/delta) or fedleak (ln 1/delta)", ("gaussian", "fedleak")),
     )
 
+    def validate(self) -> None:
+        o = self.opts
+        if o["sigma"] < 0 or o["clip"] < 0:
+            raise InputError(f"dp: sigma and clip must be >= 0, got sigma={o['sigma']}, clip={o['clip']}")
+        if o["sigma"] == 0:
+            if o["eps"] == 0:
+                raise InputError("dp: give a noise level: sigma > 0, or eps > 0 (both are 0)")
+            noise_multiplier(o["eps"], o["delta"], o["formula"], o["noise"])  # eps > 0, delta in (0, 1)
+
     def apply(self, tm, grads, session, batch):
         o = self.opts
-        if o["sigma"] > 0:
-            sigma = o["sigma"]
-        elif o["eps"] > 0:
-            sigma = noise_multiplier(o["eps"], o["delta"], o["formula"], o["noise"])
-        else:
-            raise InputError("dp: give --sigma or --eps")
+        sigma = o["sigma"] if o["sigma"] > 0 else noise_multiplier(o["eps"], o["delta"], o["formula"], o["noise"])
         v = flat(grads).double()
         norm = float(v.norm())
         clip = o["clip"]

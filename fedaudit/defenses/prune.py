@@ -6,6 +6,7 @@ from __future__ import annotations
 from fedaudit.defenses import DEFENSES
 from fedaudit.defenses.base import Defense
 from fedaudit.defenses.magnitude import keep_largest
+from fedaudit.errors import InputError
 from fedaudit.methods import MethodOption
 
 
@@ -19,12 +20,12 @@ class Prune(Defense):
         MethodOption("scope", str, "per-tensor", "threshold per tensor or over the whole gradient", ("per-tensor", "global")),
     )
 
+    def validate(self) -> None:
+        if not 0 <= self.opts["ratio"] <= 1:
+            raise InputError(f"prune: ratio must be in [0, 1], got {self.opts['ratio']}")
+
     def apply(self, tm, grads, session, batch):
         r = self.opts["ratio"]
-        if not 0 <= r <= 1:
-            from fedaudit.errors import InputError
-
-            raise InputError(f"prune: ratio must be in [0, 1], got {r}")
         out, zeroed = keep_largest(grads, 1 - r, self.opts["scope"])
         self.info = {"zeroed_fraction": zeroed}
         return out

@@ -31,9 +31,11 @@ class Quantize(Defense):
     paper = "Reisizadeh et al. 2020 (FedPAQ); FedLeak's grid 32/16/8/4/1 bits"
     options = (MethodOption("bits", int, 8, "bits per entry (1 = scaled sign, 32 = unchanged)"),)
 
+    def validate(self) -> None:
+        if self.opts["bits"] < 1:
+            raise InputError(f"quantize: bits must be >= 1, got {self.opts['bits']}")
+
     def apply(self, tm, grads, session, batch):
         bits = self.opts["bits"]
-        if bits < 1:
-            raise InputError(f"quantize: bits must be >= 1, got {bits}")
         self.info = {"bits": bits}
         return {k: quantize(v, bits) for k, v in grads.items()}

@@ -55,10 +55,12 @@ class Refiner(Defense):
         MethodOption("um", str, "squared", "utility metric form: squared (Eq. 4 as printed) or linear (weighted MSE)", ("squared", "linear")),
     )
 
+    def validate(self) -> None:
+        if not self.opts["critic"]:
+            raise InputError("refiner: needs --critic (train one with 'fedaudit train-refiner-critic')")
+
     def apply(self, tm, grads, session, batch):
         o = self.opts
-        if not o["critic"]:
-            raise InputError("refiner: needs --critic (train one with 'fedaudit train-refiner-critic')")
         critic = load_critic(o["critic"]).to(session.device)
         x, y = batch.images.float(), batch.labels.long()
         if tuple(critic.image_shape) != tuple(x.shape[1:]):

@@ -60,10 +60,12 @@ class Soteria(Defense):
     needs_batch = True
     options = (MethodOption("ratio", float, 0.5, "fraction of representation features whose gradient column is pruned"),)
 
+    def validate(self) -> None:
+        if not 0 <= self.opts["ratio"] <= 1:
+            raise InputError(f"soteria: ratio must be in [0, 1], got {self.opts['ratio']}")
+
     def apply(self, tm, grads, session, batch):
         ratio = self.opts["ratio"]
-        if not 0 <= ratio <= 1:
-            raise InputError(f"soteria: ratio must be in [0, 1], got {ratio}")
         name = f"{tm.final_layer}.weight"
         scores = feature_scores(tm, batch.images)
         k = int(round(ratio * len(scores)))

@@ -21,10 +21,12 @@ class TopK(Defense):
         MethodOption("scope", str, "global", "top-k over the whole gradient or per tensor", ("global", "per-tensor")),
     )
 
+    def validate(self) -> None:
+        if not 0 <= self.opts["keep"] <= 1:
+            raise InputError(f"topk-sparsify: keep must be in [0, 1], got {self.opts['keep']}")
+
     def apply(self, tm, grads, session, batch):
         keep = self.opts["keep"]
-        if not 0 <= keep <= 1:
-            raise InputError(f"topk-sparsify: keep must be in [0, 1], got {keep}")
         out, zeroed = keep_largest(grads, keep, self.opts["scope"])
         self.info = {"zeroed_fraction": zeroed}
         return out

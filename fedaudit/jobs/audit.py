@@ -18,7 +18,7 @@ import torch
 from fedaudit.attacks import ATTACKS
 from fedaudit.attacks.base import LOOP_OPTIONS
 from fedaudit.defenses.utility import accuracy_after_step
-from fedaudit.errors import FedauditError, InputError
+from fedaudit.errors import FedauditError, InputError, NotApplicable
 from fedaudit.io.files import dumps_json
 from fedaudit.io.images import load_images, parse_labels
 from fedaudit.io.truth import Truth
@@ -95,6 +95,13 @@ class AuditJob:
     def __post_init__(self) -> None:
         check_plan(self.attacks, self.labels, self.iterations, self.restarts)
 
+    def preflight(self) -> None:
+        """Every attack must be able to start on the recorded update (its needs and its label method's), checked
+        before any work: a plan that cannot run is an input error, not a matrix of failed cells."""
+        reasons = [r for attack in self.attacks for r in self.cell_job(self.tm, attack).why_not()]
+        if reasons:
+            raise NotApplicable("audit: " + "; ".join(reasons))
+
     def cell_job(self, tm: ThreatModel, attack: str) -> ReconstructJob:
         given = dict(self.attack_options.get(attack, {}))
         loop = {"iterations": self.iterations, "restarts": self.restarts}
@@ -103,6 +110,7 @@ class AuditJob:
 
     def run(self, out: OutputDir, on_cell: Callable[[dict], None] | None = None) -> dict[str, Any]:
         """Every cell's report under ``cells/``; returns rows, cells, whether it was interrupted, the worst band."""
+        self.preflight()
         tm, truth = self.tm, self.truth
         rows: list[dict[str, Any]] = []
         cells: list[dict[str, Any]] = []
@@ -169,7 +177,10 @@ class AuditJob:
             result = self.run(out, on_cell)
         except KeyboardInterrupt:
             result = {"rows": [], "cells": [], "interrupted": True, "worst_risk_band": None}
-        doc.update(status="interrupted" if result["interrupted"] else "complete", rows=result["rows"],
+        failed = [f"{r['defense']}: {r['error']}" for r in result["rows"] if "error" in r] + \
+                 [f"{c['defense']} x {c['attack']}: {c['error']}" for c in result["cells"] if "error" in c]
+        status = "interrupted" if result["interrupted"] else "incomplete" if failed else "complete"
+        doc.update(status=status, failed=failed, rows=result["rows"],
                    cells=result["cells"], worst_risk_band=result["worst_risk_band"],
                    plan={"attacks": attack_names, "defenses": [r[0] for r in rows]})
         grids = {c["grid"]: (out.staging / c["grid"]).read_bytes() for c in result["cells"] if c.get("grid")}

@@ -24,8 +24,11 @@ from fedaudit.threat_model import ThreatModel
 
 
 def parse_defense(spec: str) -> tuple[str, dict[str, Any]]:
-    """'prune', 'prune:0.5' (the first option), 'dp:eps=100:delta=1e-5' -> (name, options with defaults)."""
-    return parse_spec(DEFENSES, spec)
+    """'prune', 'prune:0.5' (the first option), 'dp:eps=100:delta=1e-5' -> (name, options with defaults), checked
+    (a value the defense cannot use is an InputError here, not when the defense runs)."""
+    name, options = parse_spec(DEFENSES, spec)
+    DEFENSES.get(name)(options)
+    return name, options
 
 
 def defended_meta(meta: UpdateMeta, records: list[dict]) -> UpdateMeta:
@@ -56,7 +59,8 @@ class DefendJob:
     resolved: list[tuple[str, dict[str, Any]]] = field(init=False)
 
     def __post_init__(self) -> None:
-        self.resolved = [(name, DEFENSES.get(name).parse_options(options)) for name, options in self.chain]
+        # building each defense validates its option values: a bad chain fails before any work starts
+        self.resolved = [(name, DEFENSES.get(name)(options).opts) for name, options in self.chain]
 
     def check(self) -> None:
         for name, _ in self.resolved:

@@ -21,6 +21,7 @@ from fedaudit.errors import InputError
 from fedaudit.io.files import read_safetensors, safetensors_bytes
 from fedaudit.io.truth import Truth
 from fedaudit.jobs.labels import LabelJob
+from fedaudit.labels import LABEL_METHODS
 from fedaudit.labels.base import samples_in_update
 from fedaudit.metrics.evaluate import evaluate_images
 from fedaudit.metrics.features import feature_recovery
@@ -134,6 +135,14 @@ class ReconstructJob:
         self.label_method = self.labels or self.attack_cls.default_labels
         if self.multi_step not in MULTI_STEP:
             raise InputError(f"--multi-step must be one of {', '.join(MULTI_STEP)}")
+
+    def why_not(self) -> list[str]:
+        """Why this run cannot start on its threat model (the attack's needs, then its label method's), or []."""
+        reasons = [f"{self.attack}: {r}" for r in self.attack_cls.why_not(self.tm)]
+        if self.given_labels is None and self.labels_file is None:
+            method = LABEL_METHODS.get(self.label_method)
+            reasons += [f"labels {self.label_method}: {r}" for r in method.why_not(self.tm, self.session)]
+        return reasons
 
     # --- the pieces, in the order run() uses them --------------------------------------------------------------
     def resolve_labels(self, truth: Truth | None = None) -> tuple[list[int], dict[str, Any]]:

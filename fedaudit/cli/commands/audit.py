@@ -7,11 +7,11 @@ from typing import Optional
 
 import typer
 
-from fedaudit.cli.console import emit_json, info_line
+from fedaudit.cli.console import emit_json, error_line, info_line
 from fedaudit.cli.errors import fail_exit
 from fedaudit.cli.shared import flag, params, session_from
 from fedaudit.cli.subcommands import command_with
-from fedaudit.errors import EXIT_INTERRUPTED
+from fedaudit.errors import EXIT_INTERRUPTED, EXIT_RUNTIME
 from fedaudit.io.truth import load_truth
 from fedaudit.jobs import AuditJob, AuxSource
 from fedaudit.jobs.audit import check_plan, eval_set, parse_attack_options, parse_defense_rows
@@ -69,6 +69,10 @@ def audit(**kw) -> None:
         raise typer.Exit(EXIT_INTERRUPTED)
     if doc["worst_risk_band"]:
         fail_exit(doc["worst_risk_band"], kw["fail_on"].value, session.quiet)
+    if doc["status"] == "incomplete":  # --fail-on never passes over a cell that did not run
+        error_line(f"audit incomplete: {len(doc['failed'])} planned rows/cells did not run ({'; '.join(doc['failed'])}); "
+                   "the finished cells are in audit.json")
+        raise typer.Exit(EXIT_RUNTIME)
 
 
 def register(app) -> None:
