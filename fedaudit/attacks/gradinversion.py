@@ -70,7 +70,8 @@ def shift_register(seeds: torch.Tensor) -> torch.Tensor:
 @ATTACKS.register
 class GradInversion(OptimizationAttack):
     name = "gradinversion"
-    summary = "per-layer L2 gradient matching + TV/L2 + BN-statistic priors + group consistency of several seeds, Langevin noise"
+    summary = ("per-layer L2 gradient matching + TV/L2 + BN-statistic priors + group consistency of several seeds, Langevin "
+               "noise; on BN models ahead of ig, without BN (AlexNet) smoother but fewer images identifiable than ig at equal time")
     paper = "Yin et al. 2021, See through Gradients: GradInversion (CVPR)"
     defaults = {"iterations": 4000, "lr": 0.1, "schedule": "warmup-cosine", "restarts": 1}
     options = (

@@ -56,7 +56,8 @@ def quantized_sign(g: torch.Tensor) -> torch.Tensor:
 @ATTACKS.register
 class HFGI(OptimizationAttack):
     name = "hfgi"
-    summary = "stepwise inversion: layers added from the output side, gradient dropout, staged TV/BN priors, quantised-sign Adam"
+    summary = ("stepwise inversion: layers added from the output side, gradient dropout, staged TV/BN priors, quantised-sign "
+               "Adam; at equal time weaker than ig on AlexNet at B = 16 (docs/results/pretrained.md)")
     paper = "Ye et al. 2024, HFGI (AAAI), Stage II"
     defaults = {"iterations": 15000, "lr": 0.1, "schedule": "step-0.33", "restarts": 1}
     default_labels = "hfgi"
