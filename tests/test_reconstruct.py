@@ -154,7 +154,10 @@ def test_sigint_in_a_real_process(tmp_path):
     out = tmp_path / "out"
     proc = subprocess.Popen([sys.executable, "-m", "fedaudit", "reconstruct", "ig", str(ckpt), str(upd), "-o", str(out),
                              "-n", "1000000", "--checkpoint-every", "20", "-q"], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            # a shell that starts the suite in the background hands SIGINT down ignored; Python
+                            # then never raises KeyboardInterrupt, so the child gets the default disposition back
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     marker = tmp_path / "out.checkpoint.safetensors"
     deadline = time.time() + 120
     while not marker.exists() and time.time() < deadline:
