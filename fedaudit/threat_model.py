@@ -13,7 +13,14 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from fedaudit.conversion import client_change, local_minus_global, to_average_gradient
+from fedaudit.conversion import (
+    client_change,
+    local_minus_global,
+    momentum_weights,
+    optimizer_terms,
+    path_fractions,
+    to_average_gradient,
+)
 from fedaudit.errors import InputError, NotApplicable
 from fedaudit.io.checkpoint import Checkpoint, load_checkpoint
 from fedaudit.io.update import RecordedUpdate, UpdateMeta, load_update
@@ -143,6 +150,19 @@ class ThreatModel:
                 if name in self.gradient:
                     p.add_(fraction * client_change(self.meta, self.gradient[name].to(p.device), p).to(p.dtype))
         return model
+
+    def models_along_update(self) -> list[tuple[float, nn.Module]]:
+        """(weight, model) for each local step's gradient: the models on the straight path to the client's final
+        parameters at the fractions a constant gradient reaches under the recorded momentum, weighted as the
+        averaged gradient weighs the steps (fedaudit/conversion.py). One step, or a gradient upload (no final
+        model): the global model alone."""
+        steps = self.meta.local_steps
+        if steps == 1 or self.meta.kind == "gradient":
+            return [(1.0, self.model)]
+        momentum, _ = optimizer_terms(self.meta)
+        weights = momentum_weights(steps, momentum)
+        return [(w / sum(weights), self.model if f == 0 else self.model_along_update(f))
+                for w, f in zip(weights, path_fractions(steps, momentum))]
 
     @property
     def has_batchnorm(self) -> bool:

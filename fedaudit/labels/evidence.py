@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import torch
 
-from fedaudit.conversion import momentum_weights, optimizer_terms, path_fractions
 from fedaudit.models.head import output_layer_io
 from fedaudit.session import Aux
 from fedaudit.threat_model import ThreatModel
@@ -32,16 +31,9 @@ class Evidence:
         self.parts = [p for p in ("weight", "bias") if tm.grad(f"{tm.output_layer}.{p}") is not None]
         keep = (aux.labels >= 0) & (aux.labels < tm.spec.num_classes)
         images, labels = aux.images[keep], aux.labels[keep].long()
-        steps = tm.meta.local_steps
-        models = [(1.0, tm.model)]
-        if steps > 1 and tm.meta.kind != "gradient":
-            momentum, _ = optimizer_terms(tm.meta)
-            w = torch.tensor(momentum_weights(steps, momentum), dtype=torch.float64)
-            models = [(float(wk / w.sum()), tm.model if f == 0 else tm.model_along_update(f))
-                      for wk, f in zip(w, path_fractions(steps, momentum))]
         c = tm.spec.num_classes
         self.moments: dict[str, torch.Tensor] = {}
-        for weight, model in models:
+        for weight, model in tm.models_along_update():
             h, z = output_layer_io(model, tm.spec, tm.output_layer, images, tm.train_bn, aux.normalized)
             err = torch.softmax(z, 1) - torch.nn.functional.one_hot(labels, c).double()  # [N, C]
             for part in self.parts:

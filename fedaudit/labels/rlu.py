@@ -38,7 +38,7 @@ import numpy as np
 import scipy.optimize
 import torch
 
-from fedaudit.conversion import momentum_weights, optimizer_terms, path_fractions
+from fedaudit.conversion import momentum_weights, optimizer_terms
 from fedaudit.errors import NotApplicable
 from fedaudit.labels import LABEL_METHODS
 from fedaudit.labels.base import LabelMethod, LabelResult, integer_counts, samples_in_update
@@ -130,10 +130,10 @@ class RLU(LabelMethod):
         s0 = confidence(tm.model)
         if trajectory == "global":
             s_bar = s0
-        elif trajectory in ("interpolate", "endpoints"):
-            fractions = path_fractions(steps, momentum) if trajectory == "interpolate" else [0.0, 1.0]
-            w = weights if trajectory == "interpolate" else torch.tensor([0.5, 0.5], dtype=torch.float64)
-            s_bar = sum(wk * (s0 if f == 0 else confidence(tm.model_along_update(f))) for wk, f in zip(w, fractions))
+        elif trajectory == "interpolate":
+            s_bar = sum((w * (s0 if m is tm.model else confidence(m)) for w, m in tm.models_along_update()), torch.zeros_like(s0))
+        elif trajectory == "endpoints":
+            s_bar = 0.5 * s0 + 0.5 * confidence(tm.model_along_update(1.0))
         else:
             s_bar, rounds = self._simulate(tm, aux, labels, keep, observed, total, s0, weights, momentum, gen)
             diagnostics["refinements"] = rounds
