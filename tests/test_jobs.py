@@ -154,7 +154,7 @@ LAYERS = [
     {"requirements", "session", "client", "channels"},
     {"methods"},
     {"labels", "attacks"},
-    {"defenses"},
+    {"defenses", "verdict"},
     {"inspection", "jobs"},
     {"cli", "__main__"},
 ]

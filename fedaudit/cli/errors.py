@@ -15,10 +15,11 @@ from fedaudit.errors import EXIT_INTERRUPTED, EXIT_LEAKAGE, EXIT_RUNTIME, Fedaud
 from fedaudit.metrics.risk import at_or_above
 
 
-def fail_exit(band: str, fail_on: str, quiet: bool) -> None:
-    """Exit 1 when ``band`` reaches ``--fail-on`` (call after all output is written)."""
+def fail_exit(band: str, fail_on: str, quiet: bool, source: str = "measured") -> None:
+    """Exit 1 when ``band`` reaches ``--fail-on`` (call after all output is written); ``source``: measured
+    against the truth or estimated without it."""
     if fail_on != "never" and at_or_above(band, fail_on):
-        info_line(f"leakage risk {band} is at or above --fail-on {fail_on}", quiet)
+        info_line(f"leakage risk {band} ({source}) is at or above --fail-on {fail_on}", quiet)
         raise typer.Exit(EXIT_LEAKAGE)
 
 

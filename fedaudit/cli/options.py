@@ -52,6 +52,8 @@ AllowCustomArchOpt = Annotated[bool, typer.Option("--allow-custom-arch", help="A
 IgnoreBaseOpt = Annotated[bool, typer.Option("--ignore-base-mismatch", help="Audit even if the update names a different base checkpoint hash.")]
 DeviceOpt = Annotated[str, typer.Option("--device", envvar="FEDAUDIT_DEVICE", help="auto | cpu | cuda | cuda:N")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Random seed (runs are repeatable on CPU).")]
-FailOnOpt = Annotated[FailOn, typer.Option("--fail-on", help="Exit 1 when the risk band (FedLeak PSNR bands) is at or above this.")]
+FailOnOpt = Annotated[FailOn, typer.Option("--fail-on", help=(
+    "Exit 1 when the risk band is at or above this: the band measured against --truth, else the band "
+    "estimated from truth-free evidence (the report says which)."))]
 LpipsNetOpt = Annotated[LpipsNet, typer.Option("--lpips-net", help="LPIPS backbone (vgg is the meaningful one at 32x32).")]
 LpipsWeightsOpt = Annotated[Optional[Path], typer.Option("--lpips-weights", help="LPIPS model file from 'fedaudit lpips-export'.")]

@@ -153,6 +153,8 @@ class AuditJob:
                 cell.update({
                     "psnr": (summary.get("psnr") or {}).get("mean"), "ssim": (summary.get("ssim") or {}).get("mean"),
                     "lpips": (summary.get("lpips") or {}).get("mean"), "risk_band": m.get("risk_band"),
+                    "risk_band_estimated": report.get("risk_band_estimated"),
+                    "risk_band_estimated_confidence": report.get("risk_band_estimated_confidence"),
                     "label_insacc": (report["labels"].get("metrics") or {}).get("InsAcc"), "label_method": job.label_method,
                     "iterations": report["attack"]["iterations_run"], "seconds": report["timings"].get("attack"),
                     "report": f"{prefix}report.json", "grid": f"{prefix}grid.png" if result.images.shape[0] else None,

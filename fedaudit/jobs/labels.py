@@ -13,6 +13,7 @@ from fedaudit.labels.base import LabelMethod, LabelResult
 from fedaudit.metrics.labels import CLSACC_VARIANT, counts, label_metrics
 from fedaudit.session import Session
 from fedaudit.threat_model import ThreatModel
+from fedaudit.verdict.labels import label_evidence
 
 
 def describe_threat_model_inputs(tm: ThreatModel) -> dict[str, Any]:
@@ -62,6 +63,7 @@ class LabelJob:
             true = counts(truth.step_labels(self.tm.meta.local_steps), self.tm.spec.num_classes)
             out["truth_counts"] = true.tolist()
             out["metrics"] = {**label_metrics(result.counts_int, true), "ClsAcc_variant": CLSACC_VARIANT}
+        out["evidence"] = label_evidence(self.tm, self.session, self.method, result)  # truth-free (docs/methods/verdict.md)
         out["channels"] = {"bn_statistics": bn_statistics.availability(self.tm)}
         out["inputs"] = describe_threat_model_inputs(self.tm)
         return out

@@ -31,6 +31,9 @@ from fedaudit.report.outdir import OutputDir
 from fedaudit.report.write import write_report
 from fedaudit.session import Session
 from fedaudit.threat_model import ThreatModel
+from fedaudit.verdict.channels import channel_evidence
+from fedaudit.verdict.estimate import estimate
+from fedaudit.verdict.reconstruction import reconstruction_evidence
 
 MULTI_STEP = ("merged", "unroll")
 
@@ -80,7 +83,20 @@ class ReconstructResult:
                          risk_band_psnr=m.get("risk_band_psnr"),
                          identification={k: (m.get("identification") or {}).get(k) for k in ("rate", "identified", "of", "band")})
         out_d["barely_moved"] = r["attack"]["movement"]["barely_moved"]
+        verdict = r.get("evidence", {}).get("verdict") or {}
+        out_d.update(risk_band_estimated=verdict.get("band"), risk_band_estimated_confidence=verdict.get("confidence"),
+                     risk_band_estimated_p_higher=verdict.get("p_higher"))
+        band, source = self.band()
+        out_d.update(band_for_fail_on=band, band_source=source)
         return out_d
+
+    def band(self) -> tuple[str | None, str | None]:
+        """The band ``--fail-on`` tests: the measured one with the truth, else the estimated one."""
+        measured = self.report.get("metrics", {}).get("risk_band")
+        if measured:
+            return measured, "measured"
+        estimated = self.report.get("risk_band_estimated")
+        return (estimated, "estimated") if estimated else (None, None)
 
     def notes(self, out: Path | str) -> list[str]:
         """The lines ``fedaudit reconstruct`` logs on stderr."""
@@ -100,6 +116,12 @@ class ReconstructResult:
                          f"risk {m['risk_band']} -> {out}/report.html")
         else:
             lines.append(f"{r['status']}: gradient distance {r['attack']['distance']:.4g} -> {out}/report.html")
+        verdict = r.get("evidence", {}).get("verdict") or {}
+        if verdict.get("band"):
+            lines.append(f"estimated risk (no truth needed): {verdict['band']}, confidence {verdict['confidence']:.2f}, "
+                         f"P(higher) {verdict['p_higher']:.2f} ({verdict['source']})")
+        elif verdict:
+            lines.append(f"estimated risk: none ({verdict.get('why')})")
         return lines
 
 
@@ -158,7 +180,8 @@ class ReconstructJob:
         else:
             out = LabelJob(self.session, tm, self.label_method, self.label_options).run(truth)
             labels = out["labels"]
-            report = {"source": "method", **{k: out[k] for k in ("method", "labels", "counts", "diagnostics", "warnings")}}
+            report = {"source": "method", **{k: out[k] for k in ("method", "labels", "counts", "diagnostics", "warnings",
+                                                                 "evidence")}}
             if "metrics" in out:
                 report["metrics"] = out["metrics"]
         report["labels"] = labels
@@ -232,6 +255,10 @@ class ReconstructJob:
             report["attack"][result.extras.get("section", "details")] = extra
         tensors = result.extras.get("tensors", {})
         images = result.images.cpu()
+        report["evidence"] = self.evidence(attack, result, report)
+        verdict = report["evidence"]["verdict"]
+        report["risk_band_estimated"] = verdict["band"]
+        report["risk_band_estimated_confidence"] = verdict["confidence"]
         if truth is not None:
             if images.shape[0]:
                 report["metrics"] = evaluate_images(images, truth.images, self.session.lpips_net,
@@ -241,7 +268,22 @@ class ReconstructJob:
                                          chunk=max(len(truth.images), 1))[0]
                 report.setdefault("metrics", {})["features"] = feature_recovery(
                     tensors["features"], true_f, result.labels, truth.labels.tolist() if truth.labels is not None else None)
+        measured = report.get("metrics", {}).get("risk_band")
+        report["fail_on_band"] = ({"band": measured, "source": "measured against the truth"} if measured else
+                                  {"band": report["risk_band_estimated"], "source": "estimated without the truth"})
         return ReconstructResult(report, images, tensors, result)
+
+    def evidence(self, attack: OptimizationAttack, result: LoopResult, report: dict[str, Any]) -> dict[str, Any]:
+        """The truth-free evidence and the estimated band (fedaudit/verdict/; docs/methods/verdict.md)."""
+        images = result.images.cpu()
+        out: dict[str, Any] = {"labels": report["labels"].get("evidence"),
+                               "channels": channel_evidence(self.tm, report["attack"])}
+        if images.shape[0]:
+            out["reconstruction"] = reconstruction_evidence(
+                attack.engine, images, result.labels, result.restart_images, result.best_restart, self.session.seed,
+                self.session.lpips_net, self.session.lpips_weights)
+        out["verdict"] = estimate(out)
+        return out
 
     def write(self, out: OutputDir, result: ReconstructResult, truth: Truth | None = None, prefix: str = "") -> None:
         """reconstruction.safetensors (images, labels, what else was recovered) and the report files."""

@@ -3,7 +3,10 @@ for FedLeak's human-judged attack success rate (docs/metrics.md, Identification)
 
 Each reconstruction, matched one-to-one to its original, is *identified* when its nearest image by LPIPS among
 the candidates (every original of the batch plus public distractor images nobody trained on) is that original.
-The rate is the identified fraction; chance is 1 / (batch + distractors). LPIPS uses real backbone weights; when
+The rate is the identified fraction; chance is 1 / (batch + distractors). The blank control: a reconstruction
+also has to be nearer its original (LPIPS) than a constant image (the nearer of all-black and mid-gray) is.
+Without it, on MNIST digits (dark, unlike the photographic distractors) a blank or noise reconstruction was
+"identified" as the nearest digit: a B = 1 run drowned in DP noise (PSNR 2.9 dB) measured "very high". LPIPS uses real backbone weights; when
 the attacked model is itself one of LPIPS's backbones (VGG16, AlexNet), the other backbone is used, so the
 judge is not the network the attack optimised through. Without LPIPS weights the result is null with the reason.
 """
@@ -20,7 +23,8 @@ from fedaudit.metrics.lpips import load_lpips, lpips_features, lpips_pairwise
 
 DISTRACTORS = 64
 METHOD = ("nearest original by LPIPS among the batch's originals and public distractors (CIFAR-100 test images, "
-          "photograph crops); identified when it is the reconstruction's own")
+          "photograph crops); identified when it is the reconstruction's own and the reconstruction is closer to it "
+          "than a blank image (black or mid-gray) is")
 # identification rate -> band (a reviewer who recognises a quarter of a batch has seen private images)
 THRESHOLDS = {"medium": 0.25, "high": 0.5, "very_high": 0.75}
 
@@ -59,13 +63,19 @@ def identify(recon: torch.Tensor, truth: torch.Tensor, pairs: list[tuple[int, in
     others = _distractor_features(net, weights, distractors, tuple(truth.shape[1:]))
     candidates = [torch.cat([a, b]) for a, b in zip(own, others)]
     d = lpips_pairwise(lp, recon.float().cpu(), candidates)
-    assert d is not None
+    # the blank control: a constant image's LPIPS to each original (the lower of black and mid-gray)
+    blanks = torch.stack([torch.full(truth.shape[1:], v) for v in (0.0, 0.5)])
+    floor = lpips_pairwise(lp, blanks, own)
+    assert d is not None and floor is not None
+    floor = floor.min(0).values
     n_candidates = truth.shape[0] + distractors
     rows = []
     for t, r in pairs:
         nearest = int(d[r].argmin())
-        rows.append({"truth_index": t, "recon_index": r, "identified": nearest == t, "nearest_candidate": nearest,
-                     "nearest_is_distractor": nearest >= truth.shape[0], "lpips_to_own": float(d[r, t])})
+        beats_blank = bool(d[r, t] < floor[t])
+        rows.append({"truth_index": t, "recon_index": r, "identified": nearest == t and beats_blank,
+                     "nearest_candidate": nearest, "nearest_is_distractor": nearest >= truth.shape[0],
+                     "lpips_to_own": float(d[r, t]), "blank_lpips_to_own": float(floor[t]), "beats_blank": beats_blank})
     rate = sum(row["identified"] for row in rows) / max(len(rows), 1)
     return {"rate": rate, "identified": sum(row["identified"] for row in rows), "of": len(rows),
             "band": identification_band(rate), "chance": 1 / n_candidates, "candidates": n_candidates,

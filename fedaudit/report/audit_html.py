@@ -40,6 +40,8 @@ def render_audit_html(audit: dict[str, Any], grids: dict[str, bytes]) -> str:
                     feat += "<br>no images: the attack stopped before them (see the cell report)"
                 band = c.get("risk_band")
                 parts.append(f"<td class='cell'><span class='band {e(str(band))}'>{e(_band(band or ''))}</span><br>"
+                             f"estimated without truth: {e(_band(c.get('risk_band_estimated') or 'none'))}"
+                             f" (confidence {_num(c.get('risk_band_estimated_confidence'))})<br>"
                              f"PSNR {_num(c.get('psnr'))} &middot; SSIM {_num(c.get('ssim'))} &middot; LPIPS {_num(c.get('lpips'))}<br>"
                              f"labels InsAcc {_num(c.get('label_insacc'))} ({e(str(c.get('label_method')))}){feat}"
                              f"<br><a href='{e(c['report'].replace('.json', '.html'))}'>cell report</a>{img}</td>")

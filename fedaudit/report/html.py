@@ -28,6 +28,23 @@ def _num(v: Any) -> str:
     return "n/a" if v is None else (f"{v:.4g}" if isinstance(v, float) else escape(str(v)))
 
 
+def _estimated(verdict: dict[str, Any], measured: str | None) -> str:
+    """The truth-free band, beside the measured one when the truth was given (docs/methods/verdict.md)."""
+    e = escape
+    if not verdict.get("band"):
+        return f"<h2>Estimated leakage risk: none</h2><p>{e(str(verdict.get('why')))}</p>"
+    band = verdict["band"]
+    side = (f" &middot; measured against the truth: <span class='band {e(measured)}'>{e(_band(measured))}</span>"
+            f" (<code>--fail-on</code> uses the measured band)" if measured else
+            " (no truth given: <code>--fail-on</code> uses this estimated band)")
+    return (f"<h2>Estimated leakage risk (no truth needed): <span class='band {e(band)}'>{e(_band(band))}</span>{side}</h2>"
+            f"<p>Confidence {_num(verdict.get('confidence'))} that the true band is this one; probability it is higher "
+            f"{_num(verdict.get('p_higher'))}. Source: {e(str(verdict.get('source')))}"
+            + (f"; predicted band-equivalent PSNR {_num(verdict.get('predicted_psnr'))} dB (rule {e(str(verdict.get('rule')))}"
+               f", +{_num(verdict.get('margin_db'))} dB safety margin)" if "predicted_psnr" in verdict else
+               f": {e(str(verdict.get('why', '')))}") + ".</p>")
+
+
 def render_html(report: dict[str, Any], grid_png: bytes | None, image_pngs: list[bytes]) -> str:
     e = escape
     title = f"fedaudit {report.get('command', '')} report"
@@ -40,6 +57,9 @@ def render_html(report: dict[str, Any], grid_png: bytes | None, image_pngs: list
     attack = report.get("attack") if isinstance(report.get("attack"), dict) else {}
     for warning in (attack or {}).get("warnings", []):
         parts.append(f"<p class='band medium'>warning: {e(warning)}</p>")
+    verdict = (report.get("evidence") or {}).get("verdict") or {}
+    if verdict:
+        parts.append(_estimated(verdict, metrics.get("risk_band") if image_metrics else None))
     if image_metrics:
         band = metrics.get("risk_band", "")
         parts.append(f"<h2>Leakage risk: <span class='band {e(band)}'>{e(_band(band))}</span></h2>"
@@ -99,6 +119,9 @@ def render_html(report: dict[str, Any], grid_png: bytes | None, image_pngs: list
                          f"<td>{_num(row['ssim'])}</td><td>{_num(row['lpips'])}</td><td>{_num(row.get('identified'))}</td>"
                          f"<td class='l'>{e(_band(row['risk_band']))}</td></tr>")
         parts.append("</table>")
+    if report.get("evidence"):
+        shown = {k: v for k, v in report["evidence"].items() if k != "verdict"}
+        parts.append(f"<h2>Truth-free evidence</h2><pre>{e(json.dumps(shown, indent=2, default=str))}</pre>")
     if report.get("labels"):
         parts.append(f"<h2>Labels</h2><pre>{e(json.dumps(report['labels'], indent=2))}</pre>")
     parts.append("<h2>Inputs</h2><table><tr><th class='l'>role</th><th class='l'>path</th><th class='l'>sha256</th></tr>")

@@ -36,6 +36,10 @@ def _labels(cls, options: dict, kw: dict) -> None:
     emit_json(out, kw["output"])
     con = err_console(kw["quiet"])
     con.print(_table(out))
+    ev = out.get("evidence") or {}
+    if ev.get("agreement") is not None:
+        con.print(f"labels determined: {ev['determined']} (agreement {ev['agreement']:.2f} with "
+                  f"{ev['methods_compared']} other methods)")
     for w in out["warnings"]:
         con.print(f"warning: {w}")
 

@@ -72,8 +72,9 @@ def _reconstruct(cls, options: dict, kw: dict) -> None:
     if result.interrupted:
         info_line("interrupted: the best reconstruction so far and a partial report were written", session.quiet)
         raise typer.Exit(EXIT_INTERRUPTED)
-    if "risk_band" in result.report.get("metrics", {}):
-        fail_exit(result.report["metrics"]["risk_band"], kw["fail_on"].value, session.quiet)
+    band, source = result.band()  # measured with --truth, else estimated (the report and the JSON say which)
+    if band:
+        fail_exit(band, kw["fail_on"].value, session.quiet, source or "measured")
 
 
 def register(app) -> None:
