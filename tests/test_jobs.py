@@ -155,7 +155,7 @@ LAYERS = [
     {"methods"},
     {"labels", "attacks"},
     {"defenses", "verdict"},
-    {"inspection", "jobs"},
+    {"inspection", "jobs", "integrations"},
     {"cli", "__main__"},
 ]
 

@@ -1,4 +1,5 @@
-"""The README's two set-up commands are exactly what CI runs first; the linters CI runs after them are named."""
+"""The README's set-up commands (install and test; then the Flower/Ray extras' install and tests) are exactly what CI
+runs first; the linters CI runs after them are named."""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ def test_ci_runs_the_readme_commands():
     start = readme.index("```bash")
     commands = readme[start + 1:start + 3]
     assert readme[start + 3] == "```"
+    extras = readme.index("```bash", start + 1)
+    commands += readme[extras + 1:extras + 3]
+    assert readme[extras + 3] == "```" and "flower" in commands[2]
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     steps = ci[ci.index('cd "$(dirname "$0")/.."') + 1:]
     assert steps == commands + LINTERS

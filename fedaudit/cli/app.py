@@ -9,6 +9,7 @@ import typer
 from fedaudit import __version__
 from fedaudit.cli.commands import (
     audit,
+    audit_round,
     capture,
     defend,
     importers,
@@ -52,7 +53,7 @@ def make_app() -> typer.Typer:
                                           help="Print the version and exit.")) -> None:
         """fedaudit: label recovery, reconstruction attacks, defenses and reports for captured FL updates."""
 
-    for module in (models, inspect, labels, reconstruct, defend, audit, capture, importers, init_checkpoint, score,
+    for module in (models, inspect, labels, reconstruct, defend, audit, audit_round, capture, importers, init_checkpoint, score,
                    lpips_export, train_inverter, train_critic):
         module.register(app)
     return app

@@ -1,0 +1,81 @@
+"""One client of a round audit: labels, then each planned attack, on that client's recorded update.
+
+A module-level function of plain data (``audit_client(task) -> row``) so that a process pool or a Ray task can
+run it anywhere fedaudit is installed. Each attack's report folder is written atomically under the client's
+folder; ``result.json`` is written last and marks the client finished (``audit-round`` skips it on resume).
+Errors become the row's ``error`` and ``exit`` (2 bad input, 3 runtime failure); they are not marked finished.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fedaudit.errors import EXIT_INPUT, EXIT_RUNTIME, FedauditError
+from fedaudit.io.files import atomic_write_bytes
+from fedaudit.jobs.labels import LabelJob
+from fedaudit.jobs.reconstruct import ReconstructJob
+from fedaudit.metrics.risk import worst_band
+from fedaudit.report.outdir import OutputDir
+from fedaudit.session import AuxSource, Session
+
+RESULT = "result.json"
+
+
+def finished(client_dir: Path) -> dict[str, Any] | None:
+    """The stored row of a finished client, or None."""
+    path = client_dir / RESULT
+    try:
+        return json.loads(path.read_text()) if path.is_file() else None
+    except (OSError, ValueError):
+        return None
+
+
+def audit_client(task: dict[str, Any]) -> dict[str, Any]:
+    """``task``: client, checkpoint, update, out (the client's folder), plan (attacks, loop, labels, aux, ...)."""
+    plan = task["plan"]
+    if plan.get("threads"):
+        torch.set_num_threads(int(plan["threads"]))
+    row: dict[str, Any] = {"client": task["client"], "update": task["update"]}
+    t0 = time.perf_counter()
+    try:
+        session = Session.create(device=plan["device"], seed=plan["seed"], batch_size=plan["batch_size"], quiet=True,
+                                 force=True, allow_custom_arch=plan["allow_custom_arch"],
+                                 lpips_net=plan["lpips_net"], lpips_weights=plan["lpips_weights"])
+        aux = AuxSource(Path(plan["aux"]) if plan["aux"] else None, None, plan["dummy"], 1000, False)
+        tm = session.load_threat_model(task["checkpoint"], task["update"], aux)
+        row["threat_model"] = {"kind": tm.meta.kind, "batch_size": tm.batch_size, "local_steps": tm.meta.local_steps}
+        out = Path(task["out"])
+        out.mkdir(parents=True, exist_ok=True)
+        label_out = LabelJob(session, tm, plan["labels"]).run()
+        row["labels"] = label_out["labels"]
+        row["label_method"] = label_out["diagnostics"].get("chosen", plan["labels"])
+        row["label_evidence"] = {k: label_out["evidence"].get(k) for k in ("agreement", "determined")}
+        attacks = []
+        for attack in plan["attacks"]:
+            loop = {"iterations": plan["iterations"], "restarts": plan["restarts"]}
+            job = ReconstructJob(session, tm, attack, None, loop, given_labels=label_out["labels"])
+            folder = OutputDir(out / attack, force=True)
+            with folder:
+                result = job.run_to(folder, None, {"checkpoint": task["checkpoint"], "update": task["update"]})
+            band, source = result.band()
+            verdict = result.report["evidence"]["verdict"]
+            attacks.append({"attack": attack, "band": band, "band_source": source, "confidence": verdict.get("confidence"),
+                            "p_higher": verdict.get("p_higher"), "distance": result.report["attack"]["distance"],
+                            "grid": f"{attack}/grid.png" if result.images.shape[0] else None,
+                            "report": f"{attack}/report.html"})
+        row.update(attacks=attacks, band=worst_band(a["band"] for a in attacks), status="ok", exit=0)
+    except FedauditError as exc:
+        row.update(status="error", error=str(exc), exit=exc.exit_code if exc.exit_code in (EXIT_INPUT, EXIT_RUNTIME) else EXIT_RUNTIME)
+    except Exception as exc:  # noqa: BLE001 - one client's internal failure must not stop the round
+        row.update(status="error", error=f"internal error: {type(exc).__name__}: {exc}", exit=EXIT_RUNTIME,
+                   traceback=traceback.format_exc(limit=5))
+    row["seconds"] = round(time.perf_counter() - t0, 2)
+    if row["status"] == "ok":
+        atomic_write_bytes(Path(task["out"]) / RESULT, (json.dumps(row, indent=2) + "\n").encode())
+    return row

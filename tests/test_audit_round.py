@@ -1,0 +1,156 @@
+"""audit-round over a recorded round folder: labels per client, one summary, resume, corrupt clients, -j 2, Ray."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from fedaudit.client.capture import CaptureConfig, capture_update
+from fedaudit.data.offline import MNIST_MEAN, MNIST_STD, mnist_digits
+from fedaudit.io.checkpoint import save_checkpoint
+from fedaudit.io.update import save_update
+from fedaudit.models import ModelSpec, build_model
+
+from .helpers import assert_one_error_line
+
+SPEC = ModelSpec("lenet", 10, (3, 32, 32), MNIST_MEAN * 3, MNIST_STD * 3)
+B = 4
+
+
+def digits():
+    x, y = mnist_digits(pad_to=32)
+    idx = torch.randperm(len(y), generator=torch.Generator().manual_seed(0))
+    return x[idx].expand(-1, 3, -1, -1).contiguous(), y[idx]
+
+
+def make_round(folder: Path, clients: int = 3, corrupt: bool = True) -> dict[str, list[int]]:
+    """A round folder as the Flower recorder writes it: the global LeNet and each client's weights after one SGD
+    step on its own batch of 4 digits (and a truncated file for one more client); returns the true labels."""
+    x, y = digits()
+    torch.manual_seed(0)
+    model = build_model(SPEC)
+    (folder / "clients").mkdir(parents=True)
+    save_checkpoint(folder / "checkpoint.safetensors", model, SPEC)
+    truth = {}
+    for c in range(clients):
+        sl = slice(100 * c, 100 * c + B)
+        cap = capture_update(model, SPEC, x[sl], y[sl], CaptureConfig(batch_size=B, kind="weights", lr=0.1))
+        save_update(folder / "clients" / f"client{c}.safetensors", cap.tensors, cap.meta)
+        truth[f"client{c}"] = sorted(y[sl].tolist())
+    if corrupt:
+        good = (folder / "clients" / "client0.safetensors").read_bytes()
+        (folder / "clients" / "broken.safetensors").write_bytes(good[: len(good) // 3])
+    return truth
+
+
+@pytest.fixture(scope="module")
+def aux(tmp_path_factory) -> Path:
+    from safetensors.torch import save_file
+
+    x, y = digits()
+    path = tmp_path_factory.mktemp("aux") / "aux.safetensors"
+    save_file({"images": x[4000:4200].contiguous(), "labels": y[4000:4200]}, str(path))
+    return path
+
+
+def _run(cli, round_dir, out, aux, *extra, expect=2):
+    res = cli("audit-round", round_dir, "-o", out, "-n", "20", "--aux", aux, "-q", *extra, expect=expect)
+    return json.loads(res.stdout), res
+
+
+def test_a_round_is_audited_per_client_and_a_corrupt_client_is_its_own_error(cli, tmp_path, aux):
+    truth = make_round(tmp_path / "round")
+    doc, res = _run(cli, tmp_path / "round", tmp_path / "out", aux)
+    rows = {r["client"]: r for r in doc["clients"]}
+    assert rows["broken"]["status"] == "error" and rows["broken"]["exit"] == 2
+    assert "broken" in res.stderr and len([ln for ln in res.stderr.splitlines() if ln.strip()]) == 1
+    for name, labels in truth.items():
+        assert rows[name]["status"] == "ok" and sorted(rows[name]["labels"]) == labels, (name, rows[name])
+        assert rows[name]["band"] in ("low", "medium", "high", "very_high")
+    assert doc["audited"] == 3 and sum(doc["histogram"].values()) == 3
+    summary = json.loads((tmp_path / "out" / "audit_round.json").read_text())
+    assert summary["worst_client"] in truth and summary["errors"][0]["client"] == "broken"
+    html = (tmp_path / "out" / "audit_round.html").read_text()
+    assert "The worst clients" in html and "data:image/png;base64," in html
+    assert (tmp_path / "out" / "clients" / "client0" / "ig" / "report.json").is_file()
+
+
+def test_a_killed_round_resumes_without_redoing_finished_clients(cli, tmp_path, aux):
+    make_round(tmp_path / "round", corrupt=False)
+    out = tmp_path / "out"
+    first, _ = _run(cli, tmp_path / "round", out, aux, "--fail-on", "never", expect=0)
+    stamp = {c: (out / "clients" / c / "result.json").stat().st_mtime_ns for c in ("client0", "client1", "client2")}
+    # as if killed while client2 ran: its marker is missing, its partial folder is left behind
+    (out / "clients" / "client2" / "result.json").unlink()
+    again, _ = _run(cli, tmp_path / "round", out, aux, "--fail-on", "never", expect=0)
+    assert again["resumed"] == 2 and again["audited"] == 3
+    assert (out / "clients" / "client0" / "result.json").stat().st_mtime_ns == stamp["client0"]
+    assert (out / "clients" / "client2" / "result.json").stat().st_mtime_ns != stamp["client2"]
+    assert [r["labels"] for r in again["clients"]] == [r["labels"] for r in first["clients"]]
+
+
+def test_parallel_workers_give_the_same_rows(cli, tmp_path, aux):
+    make_round(tmp_path / "round", corrupt=False)
+    # one torch thread in both (float sums depend on the thread count, and so may a band near a cut point)
+    one, _ = _run(cli, tmp_path / "round", tmp_path / "a", aux, "--fail-on", "never", "--threads", "1", expect=0)
+    two, _ = _run(cli, tmp_path / "round", tmp_path / "b", aux, "--fail-on", "never", "-j", "2", expect=0)
+    assert [(r["client"], r["labels"], r["band"]) for r in one["clients"]] == \
+        [(r["client"], r["labels"], r["band"]) for r in two["clients"]]
+
+
+def test_fail_on_tests_the_worst_client_and_bad_plans_are_refused(cli, tmp_path, aux):
+    make_round(tmp_path / "round", corrupt=False)
+    doc, res = _run(cli, tmp_path / "round", tmp_path / "a", aux, "--fail-on", "medium", expect=None)
+    leaked = doc["worst_band"] in ("medium", "high", "very_high")
+    assert res.exit_code == (1 if leaked else 0)
+    assert ("(estimated) is at or above --fail-on medium" in res.stderr) == leaked
+    res = cli("audit-round", tmp_path / "round", "-o", tmp_path / "b", "--attacks", "nope", expect=2)
+    assert_one_error_line(res.stderr, "nope")
+    res = cli("audit-round", tmp_path / "missing", "-o", tmp_path / "c", expect=2)
+    assert_one_error_line(res.stderr, "does not exist")
+    assert not (tmp_path / "b").exists() and not (tmp_path / "c").exists()
+
+
+def test_audit_round_on_local_ray(cli, tmp_path, aux):
+    pytest.importorskip("ray")
+    truth = make_round(tmp_path / "round", corrupt=False)
+    doc, _ = _run(cli, tmp_path / "round", tmp_path / "out", aux, "--ray", "-j", "2", "--fail-on", "never", expect=0)
+    assert doc["audited"] == 3
+    assert {r["client"]: sorted(r["labels"]) for r in doc["clients"]} == truth
+    summary = json.loads((tmp_path / "out" / "audit_round.json").read_text())
+    assert summary["engine"]["engine"] == "ray"
+
+
+@pytest.mark.slow
+def test_a_really_killed_round_resumes(tmp_path, aux):
+    """SIGKILL the CLI once the first client is finished; the same command again audits only the rest."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from .helpers import ROOT
+
+    truth = make_round(tmp_path / "round", clients=4, corrupt=False)
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "fedaudit", "audit-round", str(tmp_path / "round"), "-o", str(out), "-n", "300",
+           "--aux", str(aux), "-q", "--fail-on", "never", "--threads", "1"]
+    env = {**os.environ, "NO_COLOR": "1"}
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 240
+    while time.time() < deadline and not list(out.glob("clients/*/result.json")):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    first = {p.parent.name: p.stat().st_mtime_ns for p in out.glob("clients/*/result.json")}
+    assert 1 <= len(first) < 4, first
+    res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["resumed"] == len(first) and doc["audited"] == 4
+    assert {p.parent.name: p.stat().st_mtime_ns for p in out.glob("clients/*/result.json") if p.parent.name in first} == first
+    assert {r["client"]: sorted(r["labels"]) for r in doc["clients"]} == truth
