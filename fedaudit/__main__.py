@@ -1,6 +1,6 @@
 """`python -m fedaudit` runs the CLI."""
 
-from fedaudit.cli.app import main
+from fedaudit.cli.entry import main
 
 if __name__ == "__main__":
     main()

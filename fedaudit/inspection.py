@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -10,6 +11,7 @@ from fedaudit.attacks import ATTACKS
 from fedaudit.channels import bn_statistics
 from fedaudit.defenses import DEFENSES
 from fedaudit.labels import LABEL_METHODS
+from fedaudit.session import Session
 from fedaudit.threat_model import ThreatModel
 
 
@@ -23,6 +25,27 @@ def _applicability(registry, tm: ThreatModel) -> dict[str, Any]:
     return out
 
 
+def _attack_applicability(tm: ThreatModel) -> dict[str, Any]:
+    """An attack applies when it does and its default label method does without aux data: the same check
+    ``reconstruct`` makes before it starts when no --aux/--dummy is given (so the two always agree)."""
+    out = _applicability(ATTACKS, tm)
+    session = Session()
+    for name, method in ATTACKS:
+        labels = method.default_labels
+        reasons = [f"default labels {labels}: {r}" for r in LABEL_METHODS.get(labels).why_not(tm, session)]
+        if reasons:
+            out[name]["why_not"] = out[name]["why_not"] + reasons
+            out[name]["applicable"] = False
+            out[name]["applicable_with_aux"] = not method.why_not(tm)
+    return out
+
+
+def _norm(t: torch.Tensor) -> float | None:
+    """The L2 norm in float64 (a float32 norm of entries near 3e38 overflows), None when not finite."""
+    v = float(t.double().norm())
+    return v if math.isfinite(v) else None
+
+
 def inspect_threat_model(tm: ThreatModel) -> dict[str, Any]:
     params = dict(tm.model.named_parameters())
     layers = []
@@ -31,8 +54,8 @@ def inspect_threat_model(tm: ThreatModel) -> dict[str, Any]:
         finite = bool(torch.isfinite(tm.update.tensors[name]).all()) if present else None
         ok = bool(present and finite)
         layers.append({"name": name, "shape": list(p.shape), "present": present, "finite": finite,
-                       "raw_norm": float(tm.update.tensors[name].float().norm()) if ok else None,
-                       "grad_norm": float(tm.gradient[name].norm()) if ok else None})
+                       "raw_norm": _norm(tm.update.tensors[name]) if ok else None,
+                       "grad_norm": _norm(tm.gradient[name]) if ok else None})
     buffers = [{"name": k, "shape": list(v.shape)} for k, v in tm.client_buffers.items()]
     meta = tm.meta.as_dict()
     return {
@@ -55,7 +78,7 @@ def inspect_threat_model(tm: ThreatModel) -> dict[str, Any]:
         "nonfinite_tensors": tm.nonfinite,
         "layers": layers,
         "label_methods": _applicability(LABEL_METHODS, tm),
-        "attacks": _applicability(ATTACKS, tm),
+        "attacks": _attack_applicability(tm),
         "defenses": _applicability(DEFENSES, tm),
         "warnings": tm.warnings,
     }

@@ -26,6 +26,7 @@ class MethodOption:
     default: Any
     help: str
     choices: tuple[str, ...] | None = None
+    positive: bool = False  # > 0 (a step size); every other numeric option only has to be >= 0
 
     def convert(self, value: Any, owner: str) -> Any:
         """``value`` as this option's type (strings are parsed), checked against ``choices``."""
@@ -37,6 +38,9 @@ class MethodOption:
             raise InputError(f"{owner!r}: {self.name}={value!r} is not a valid {self.type.__name__}")
         if self.type is float and not math.isfinite(value):
             raise InputError(f"{owner!r}: {self.name}={value!r} is not a finite number")
+        # every numeric option of every method is a weight, a fraction, a radius or a count: none is negative
+        if self.type in (int, float) and not isinstance(value, bool) and (value <= 0 if self.positive else value < 0):
+            raise InputError(f"{owner!r}: --{self.name} must be {'>' if self.positive else '>='} 0, got {value}")
         if self.choices and value not in self.choices:
             raise InputError(f"{owner!r}: --{self.name} must be one of {', '.join(self.choices)}")
         return value

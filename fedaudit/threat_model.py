@@ -26,6 +26,8 @@ from fedaudit.io.checkpoint import Checkpoint, load_checkpoint
 from fedaudit.io.update import RecordedUpdate, UpdateMeta, load_update
 from fedaudit.models import ModelSpec, final_linear
 
+HUGE = 1e18  # |entry| above which squares overflow float32 (3.4e38)
+
 
 @dataclass
 class ThreatModel:
@@ -60,10 +62,21 @@ class ThreatModel:
                 raise InputError(f"{src}: tensor {k!r} is not a parameter or buffer of {checkpoint.spec.arch}")
             if tuple(v.shape) != tuple(ref.shape):
                 raise InputError(f"{src}: tensor {k!r} has shape {list(v.shape)}, the model expects {list(ref.shape)}")
+            if ref.is_floating_point() and not v.is_floating_point():
+                # an integer upload (e.g. int32) would be read as a gradient of whole numbers: refuse it
+                raise InputError(f"{src}: tensor {k!r} has dtype {str(v.dtype).replace('torch.', '')}; "
+                                 "a parameter's update must be floating point (float16, bfloat16, float32 or float64)")
         nonfinite = [k for k, v in tensors.items() if v.is_floating_point() and not torch.isfinite(v).all()]
         if nonfinite and not allow_nonfinite:
             raise InputError(f"{src}: tensor {nonfinite[0]!r} contains NaN or Inf"
                              + (f" (+{len(nonfinite) - 1} more)" if len(nonfinite) > 1 else ""))
+        # entries so large that their squares overflow float32: no gradient of a finite loss, and every distance
+        # computed on them would be Inf
+        huge = [k for k, v in tensors.items() if k not in nonfinite and v.is_floating_point() and v.numel()
+                and float(v.abs().max()) > HUGE]
+        if huge and not allow_nonfinite:
+            raise InputError(f"{src}: tensor {huge[0]!r} has entries above {HUGE:.0e} in magnitude (a diverged or "
+                             "corrupt update); fedaudit cannot compute with it")
         present = [k for k in params if k in tensors]
         if not present:
             raise InputError(f"{src} shares no parameter of {checkpoint.spec.arch}")

@@ -165,7 +165,7 @@ def test_audit_writes_the_matrix(cli, tmp_path):
 
 @pytest.mark.parametrize("args,fragment", [
     (("--defenses", "none,prune:1.5"), "prune: ratio must be in [0, 1], got 1.5"),
-    (("--defenses", "dp:eps=-1"), "dp: epsilon must be > 0"),
+    (("--defenses", "dp:eps=-1"), "eps must be >= 0"),
     (("--defenses", "dp"), "dp: give a noise level"),
     (("--attacks", "hfgi"), "needs auxiliary images (--aux) or Gaussian dummies (--dummy)"),
 ])

@@ -27,7 +27,7 @@ WARMUP = 50  # warmup-cosine: GradInversion's 50 linear warm-up iterations (at m
 LOOP_OPTIONS = (
     MethodOption("iterations", int, None, "Iterations per restart."),
     MethodOption("restarts", int, None, "Restarts; the best by gradient distance is kept."),
-    MethodOption("lr", float, None, "Step size."),
+    MethodOption("lr", float, None, "Step size.", positive=True),
     MethodOption("schedule", str, None, "Learning-rate schedule: " + " | ".join(SCHEDULES) + ".", SCHEDULES),
 )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 import typer
@@ -24,7 +25,7 @@ from fedaudit.cli.commands import (
     train_inverter,
 )
 from fedaudit.cli.console import error_line
-from fedaudit.errors import EXIT_INTERRUPTED
+from fedaudit.errors import EXIT_INPUT, EXIT_INTERRUPTED
 
 EPILOG = ("Exit codes: 0 ok, 1 leakage at or above --fail-on, 2 bad input or usage, 3 runtime failure, "
           "130 interrupted. Results go to stdout (or -o); tables, progress and logs to stderr.")
@@ -65,6 +66,13 @@ app = make_app()
 def main() -> None:
     """Entry point: usage errors become one stderr line with exit 2 (Click would print a boxed panel)."""
     command = typer.main.get_command(app)
+    if len(sys.argv) <= 1:  # no command: a usage error; the help goes to stderr, stdout stays for results
+        help_ctx = command.context_class(command, info_name="fedaudit")
+        with contextlib.redirect_stdout(sys.stderr):  # Typer's rich help prints itself to stdout
+            text = command.get_help(help_ctx)
+            if text:
+                print(text)
+        sys.exit(EXIT_INPUT)
     try:
         code = command.main(prog_name="fedaudit", standalone_mode=False)
     except KeyboardInterrupt:

@@ -43,6 +43,14 @@ def refuse_existing(path: Path | None, force: bool) -> None:
         raise InputError(f"{str(path)!r} already exists; pass --force to replace it")
 
 
+def check_output_file(output: Path | None, force: bool) -> None:
+    """Refuse to replace an existing ``-o FILE`` without ``--force`` (checked before any work starts)."""
+    if output is not None and str(output) != "-" and Path(output).exists() and not force:
+        from fedaudit.errors import InputError
+
+        raise InputError(f"output file {str(output)!r} already exists; pass --force to replace it")
+
+
 def emit_json(obj: Any, output: Path | None = None) -> None:
     """The machine-readable result: to ``output`` atomically when given (``-`` means stdout), else stdout."""
     text = dumps_json(obj)

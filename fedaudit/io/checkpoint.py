@@ -7,6 +7,7 @@ Metadata: ``fedaudit.arch`` (registry name or ``module:factory``), ``fedaudit.ar
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
@@ -97,6 +98,38 @@ def check_forward(model: nn.Module, spec: ModelSpec, source: str) -> None:
         raise InputError(f"{source}: {spec.arch} outputs shape {list(out.shape)}, expected [N, {spec.num_classes}]")
 
 
+MAX_SIDE, MAX_CHANNELS, MAX_CLASSES = 8192, 64, 1_000_000
+
+
+def _memory_bytes() -> int | None:
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_sizes(spec: ModelSpec, source: str, allow_custom: bool = False) -> None:
+    """Refuse sizes no machine could hold before anything is allocated: an input side above 8,192 pixels, more
+    than 64 channels or 1,000,000 classes, or a model whose parameters (counted on PyTorch's meta device, which
+    allocates nothing) need more memory than this machine has."""
+    c, h, w = spec.input_shape
+    if min(c, h, w) < 1 or c > MAX_CHANNELS or max(h, w) > MAX_SIDE:
+        raise InputError(f"{source}: input shape {[c, h, w]} is not plausible (channels 1-{MAX_CHANNELS}, "
+                         f"sides 1-{MAX_SIDE} pixels)")
+    if spec.num_classes > MAX_CLASSES:
+        raise InputError(f"{source}: num_classes {spec.num_classes} is above {MAX_CLASSES:,}")
+    try:
+        with torch.device("meta"):
+            probe = build_model(spec, allow_custom=allow_custom)
+        need = sum(p.numel() * p.element_size() for p in probe.parameters())
+    except Exception:  # noqa: BLE001 - an architecture that cannot be built on the meta device is built for real
+        return
+    have = _memory_bytes()
+    if have is not None and need > have:
+        raise InputError(f"{source}: {spec.arch} with this metadata has {need / 2**30:.1f} GiB of parameters, more "
+                         f"than this machine's {have / 2**30:.1f} GiB of memory")
+
+
 def load_checkpoint(path: str | Path, allow_custom_arch: bool = False) -> Checkpoint:
     tensors, raw = read_safetensors(path, "checkpoint")
     source = f"checkpoint {str(path)!r}"
@@ -104,6 +137,7 @@ def load_checkpoint(path: str | Path, allow_custom_arch: bool = False) -> Checkp
     if meta.str("file") == "update":
         raise InputError(f"{source} is a recorded update, not a checkpoint (arguments swapped?)")
     spec = read_spec(meta)
+    check_sizes(spec, source, allow_custom_arch)
     model = build_model(spec, allow_custom=allow_custom_arch)
     load_state_strict(model, tensors, source)
     check_forward(model, spec, source)

@@ -21,6 +21,10 @@ def describe_threat_model_inputs(tm: ThreatModel) -> dict[str, Any]:
             "update": {"path": str(tm.update.path), "sha256": tm.update.sha256}}
 
 
+MULTI_STEP_AWARE = ("rlu", "fedleak", "gdbr")  # methods whose counts model (or do not depend on) K local steps
+RAW_SUM_TOLERANCE = 0.25
+
+
 @dataclass
 class LabelJob:
     session: Session
@@ -36,6 +40,24 @@ class LabelJob:
         """The method's raw result (benchmarks score it themselves)."""
         type(self.instance).check_applicable(self.tm, self.session)
         return self.instance.run(self.tm, self.session)
+
+    def reliability_warnings(self, result: LabelResult, evidence: dict[str, Any]) -> list[str]:
+        """Say when the counts are unreliable: a one-step method on a K-step update, raw counts far from the
+        batch size, label methods that disagree."""
+        out = []
+        k = self.tm.meta.local_steps
+        if k > 1 and self.method not in MULTI_STEP_AWARE and result.diagnostics.get("strategy") != "evidence":
+            out.append(f"{self.method} assumes one local step; this update has K = {k} (the model moved during local "
+                       "training): its counts are approximate; 'labels rlu' follows the K steps")
+        n = int(result.counts_int.sum())
+        raw = float(result.counts.double().clamp_min(0).sum())
+        if type(self.instance).counts_capable and n and abs(raw - n) > RAW_SUM_TOLERANCE * n:
+            out.append(f"the raw per-class estimates sum to {raw:.2f} for {n} samples: the method's assumptions do "
+                       "not hold well here; the integer counts were forced to the batch size")
+        agreement = evidence.get("agreement")
+        if agreement is not None and agreement < 0.6:
+            out.append(f"the label methods disagree (agreement {agreement:.2f}): treat these labels as uncertain")
+        return out
 
     def run(self, truth: Truth | None = None) -> dict[str, Any]:
         """The JSON result of ``fedaudit labels``; with ``truth``, InsAcc/ClsAcc/LnAcc/LeAcc against it."""
@@ -63,7 +85,9 @@ class LabelJob:
             true = counts(truth.step_labels(self.tm.meta.local_steps), self.tm.spec.num_classes)
             out["truth_counts"] = true.tolist()
             out["metrics"] = {**label_metrics(result.counts_int, true), "ClsAcc_variant": CLSACC_VARIANT}
-        out["evidence"] = label_evidence(self.tm, self.session, self.method, result)  # truth-free (docs/methods/verdict.md)
+        evidence = label_evidence(self.tm, self.session, self.method, result)  # truth-free (docs/methods/verdict.md)
+        out["evidence"] = evidence
+        out["warnings"] = list(result.warnings) + self.reliability_warnings(result, evidence)
         out["channels"] = {"bn_statistics": bn_statistics.availability(self.tm)}
         out["inputs"] = describe_threat_model_inputs(self.tm)
         return out

@@ -36,6 +36,7 @@ from fedaudit.verdict.estimate import estimate
 from fedaudit.verdict.reconstruction import reconstruction_evidence
 
 MULTI_STEP = ("merged", "unroll")
+SHORT_BUDGET = 0.1  # a run under this fraction of the attack's default iterations gets a warning
 
 
 def read_labels_file(path: Path, expected: int, num_classes: int) -> list[int]:
@@ -246,10 +247,17 @@ class ReconstructJob:
                                          "threshold": BARELY_MOVED},
                             "history": [list(h) for h in result.history]}
         report["timings"]["attack"] = round(result.seconds, 3)
+        warnings = []
         if result.barely_moved:
-            report["attack"]["warnings"] = [
+            warnings.append(
                 f"the images barely moved from their initialisation (mean pixel change {result.movement:.3f} over "
-                f"{result.iterations_run} iterations): this run shows nothing about leakage; raise --lr or --iterations"]
+                f"{result.iterations_run} iterations): this run shows nothing about leakage; raise --lr or --iterations")
+        default = self.attack_cls.defaults["iterations"]
+        if s["iterations"] < SHORT_BUDGET * default:
+            warnings.append(f"{s['iterations']} iterations is under {SHORT_BUDGET:.0%} of {self.attack}'s default "
+                            f"({default}): a low band from so short a run shows little about leakage")
+        if warnings:
+            report["attack"]["warnings"] = warnings
         extra = result.extras.get("report")
         if extra is not None:
             report["attack"][result.extras.get("section", "details")] = extra

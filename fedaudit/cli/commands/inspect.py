@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from fedaudit.cli.console import clean, emit_json, err_console
+from fedaudit.cli.console import check_output_file, clean, emit_json, err_console
 from fedaudit.cli.errors import handle_errors
-from fedaudit.cli.options import AllowCustomArchOpt, CheckpointArg, IgnoreBaseOpt, OutputOpt, QuietOpt, UpdateArg
+from fedaudit.cli.options import AllowCustomArchOpt, CheckpointArg, ForceOpt, IgnoreBaseOpt, OutputOpt, QuietOpt, UpdateArg
 from fedaudit.errors import InputError
 from fedaudit.inspection import inspect_threat_model
 from fedaudit.threat_model import load_threat_model
@@ -26,12 +26,14 @@ def _table(info: dict) -> Table:
 def register(app) -> None:
     @app.command("inspect")
     @handle_errors
-    def inspect(checkpoint: CheckpointArg, update: UpdateArg, output: OutputOpt = None, quiet: QuietOpt = False,
-                allow_custom_arch: AllowCustomArchOpt = False, ignore_base_mismatch: IgnoreBaseOpt = False) -> None:
+    def inspect(checkpoint: CheckpointArg, update: UpdateArg, output: OutputOpt = None, force: ForceOpt = False,
+                quiet: QuietOpt = False, allow_custom_arch: AllowCustomArchOpt = False,
+                ignore_base_mismatch: IgnoreBaseOpt = False) -> None:
         """Describe a recorded update: kind, batch, steps, shared/withheld tensors, norms, NaN/Inf, applicable methods.
 
         Exit 2 (after printing the JSON) when the update holds NaN or Inf.
         """
+        check_output_file(output, force)
         tm = load_threat_model(checkpoint, update, allow_custom_arch=allow_custom_arch, allow_nonfinite=True,
                                check_base=not ignore_base_mismatch)
         info = inspect_threat_model(tm)

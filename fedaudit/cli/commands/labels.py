@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from fedaudit.cli.console import emit_json, err_console
+from fedaudit.cli.console import check_output_file, emit_json, err_console
 from fedaudit.cli.shared import aux_source, params, session_from
 from fedaudit.cli.subcommands import method_subcommands
 from fedaudit.io.truth import load_truth
@@ -12,7 +12,7 @@ from fedaudit.jobs import LabelJob
 from fedaudit.labels import LABEL_METHODS
 
 COMMON = params("checkpoint", "update", "aux", "aux_labels", "dummy", "num_dummy", "resize", "batch_size", "truth",
-                "seed", "device", "output", "quiet", "allow_custom_arch", "ignore_base_mismatch")
+                "seed", "device", "output", "force", "quiet", "allow_custom_arch", "ignore_base_mismatch")
 
 
 def _table(out: dict) -> Table:
@@ -29,6 +29,7 @@ def _table(out: dict) -> Table:
 
 
 def _labels(cls, options: dict, kw: dict) -> None:
+    check_output_file(kw["output"], kw["force"])
     session = session_from(kw)
     tm = session.load_threat_model(kw["checkpoint"], kw["update"], aux_source(kw))
     truth = load_truth(kw["truth"]) if kw["truth"] else None

@@ -66,6 +66,9 @@ def _reconstruct(cls, options: dict, kw: dict) -> None:
         inputs = {"checkpoint": kw["checkpoint"], "update": kw["update"], "truth": kw["truth"],
                   "labels_file": kw["labels_file"], "resume": kw["resume"]}
         result = job.run_to(outdir, truth, inputs)
+    if not result.interrupted and kw["checkpoint_every"] and job.checkpoint_path is not None:
+        # a finished run needs no resume point, and the checkpoint holds reconstructed images: do not leave it
+        job.checkpoint_path.unlink(missing_ok=True)
     for line in result.notes(kw["out"]):
         info_line(line, session.quiet)
     emit_json(result.summary(kw["out"]))

@@ -1,0 +1,203 @@
+"""Fuzzing the file readers and commands: mutated sample updates and checkpoints through the CLI, in process.
+
+    .venv/bin/python -m benchmarks.fuzz --cases 10000          # the benchmark (prints counts by exit code)
+    (tests/fuzz/test_fuzz.py runs a fixed-seed sample of 500 in CI)
+
+Mutations of a real safetensors file (``sample_updates/``): truncation at every structural boundary (inside the
+8-byte length, inside and at the end of the JSON header, inside the data, one byte short) and at random points;
+bit flips in the header and in the data; header rewrites (a tensor's dtype, shape or data offsets changed, huge
+sizes, a tensor renamed or removed, an unknown tensor added, metadata values of the wrong type or out of range);
+tensor values replaced by NaN, Inf, denormals or huge numbers; zero-size tensors. Each case runs one command
+(``inspect``, ``labels auto``/``llg``, ``reconstruct ig -n 2``, ``defend prune``) with the mutated file as the
+update or the checkpoint. The contract: exit 0, 1 or 2 (never 3 for bad input, never a traceback), at most one
+line on stderr for exit 2, no temporary or partial file left, within the time limit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import struct
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import torch
+from safetensors.torch import save as st_save
+from typer.testing import CliRunner
+
+from fedaudit.cli.app import app
+from fedaudit.io.files import read_safetensors
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "sample_updates"
+TIME_LIMIT = 30.0
+COMMANDS = (
+    ("inspect",),
+    ("labels", "llg"),
+    ("labels", "auto", "--dummy", "--num-dummy", "50"),
+    ("reconstruct", "ig", "-n", "2", "-o", "{out}"),
+    ("defend", "prune", "-o", "{out}.safetensors"),
+)
+FAST = COMMANDS[:2]  # the CI sample: the readers and the cheapest commands
+
+
+def _split(data: bytes) -> tuple[dict, int]:
+    n = struct.unpack("<Q", data[:8])[0]
+    return json.loads(data[8:8 + n]), 8 + n
+
+
+def _join(header: dict, body: bytes) -> bytes:
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text + body
+
+
+def mutate(data: bytes, rng: random.Random) -> tuple[str, bytes]:
+    """One mutation of a safetensors file: (what was done, the new bytes)."""
+    header, start = _split(data)
+    body = data[start:]
+    names = [k for k in header if k != "__metadata__"]
+    kind = rng.choice(["truncate", "truncate", "flip", "flip", "dtype", "shape", "offsets", "rename", "remove",
+                       "extra", "metadata", "values", "zero"])
+    if kind == "truncate":
+        cut = rng.choice([0, 1, 7, 8, 9, start // 2, start - 1, start, start + 1, start + len(body) // 2,
+                          len(data) - 1, rng.randrange(len(data))])
+        return f"truncate@{cut}", data[:cut]
+    if kind == "flip":
+        where = rng.choice([rng.randrange(8, start), rng.randrange(len(data))])
+        out = bytearray(data)
+        out[where] ^= 1 << rng.randrange(8)
+        return f"flip@{where}", bytes(out)
+    name = rng.choice(names)
+    if kind == "dtype":
+        header[name]["dtype"] = rng.choice(["I32", "I64", "F16", "BF16", "F64", "BOOL", "U8", "XX", 7])
+        return f"dtype {name}={header[name]['dtype']}", _join(header, body)
+    if kind == "shape":
+        header[name]["shape"] = rng.choice([[], [0], [10 ** 12], [-1], [2 ** 31, 2 ** 31], ["a"], [1] * 9,
+                                            list(reversed(header[name]["shape"]))])
+        return f"shape {name}={header[name]['shape']}", _join(header, body)
+    if kind == "offsets":
+        a, b = header[name]["data_offsets"]
+        header[name]["data_offsets"] = rng.choice([[b, a], [a, b + 4], [0, len(body) + 8], [a, a], [-4, b], [a, 2 ** 62]])
+        return f"offsets {name}={header[name]['data_offsets']}", _join(header, body)
+    if kind == "rename":
+        other = rng.choice(names + ["conv.weight", ""])
+        header[other] = header.pop(name)
+        return f"rename {name}->{other}", _join(header, body)
+    if kind == "remove":
+        header.pop(name)
+        return f"remove {name}", _join(header, body)
+    if kind == "extra":
+        header["not.a.parameter"] = dict(header[name])
+        return "extra tensor", _join(header, body)
+    tensors, meta = _tensors(data)
+    if kind == "metadata":
+        key = rng.choice(sorted(meta) + ["fedaudit.batch_size", "fedaudit.kind", "fedaudit.local_steps", "fedaudit.local_lr",
+                                         "fedaudit.num_classes", "fedaudit.input_shape", "fedaudit.arch", "fedaudit.mean"])
+        meta[key] = rng.choice(["", "abc", "-3", "0", "1e9", "nan", "inf", "[1,2]", "{}", "null", "\u0000", "9" * 400,
+                                "[3,100000,100000]", "1000000000", "gradient", "weights", "delta"])
+        return f"metadata {key}={meta[key][:20]!r}", st_save(tensors, meta)
+    if kind == "values":
+        name = rng.choice(sorted(tensors))
+        t = tensors[name]
+        if t.is_floating_point() and t.numel():
+            t = t.clone()
+            t.view(-1)[rng.randrange(t.numel())] = rng.choice([float("nan"), float("inf"), -float("inf"), 1e-45, 3e38])
+            tensors[name] = t
+        return f"values {name}", st_save(tensors, meta)
+    name = rng.choice(sorted(tensors))
+    tensors[name] = torch.zeros(0, dtype=tensors[name].dtype)
+    return f"zero-size {name}", st_save(tensors, meta)
+
+
+def _tensors(data: bytes):
+    with tempfile.NamedTemporaryFile(suffix=".safetensors") as fh:
+        fh.write(data)
+        fh.flush()
+        return read_safetensors(fh.name, "seed")
+
+
+def run_case(runner: CliRunner, seed: int, workdir: Path, fast: bool = False) -> dict:
+    """One fuzz case; the result says whether it kept the contract. ``fast``: the cheap commands on LeNet only."""
+    rng = random.Random(seed)
+    sample = rng.choice(["lenet_b1", "lenet_b4", "lenet_fedavg_k3"] + ([] if fast else ["convnet_b8_repeated"]))
+    ckpt, upd = SAMPLES / sample / "checkpoint.safetensors", SAMPLES / sample / "update.safetensors"
+    target = rng.choice(["update", "update", "update", "checkpoint"])
+    what, data = mutate((upd if target == "update" else ckpt).read_bytes(), rng)
+    case = workdir / f"case{seed}"
+    case.mkdir()
+    bad = case / f"{target}.safetensors"
+    bad.write_bytes(data)
+    command = [a.replace("{out}", str(case / "out")) for a in rng.choice(FAST if fast else COMMANDS)]
+    args = [*command[:2], str(bad if target == "checkpoint" else ckpt), str(bad if target == "update" else upd), *command[2:]]
+    if command[0] == "inspect":
+        args = ["inspect", str(bad if target == "checkpoint" else ckpt), str(bad if target == "update" else upd)]
+    t0 = time.perf_counter()
+    result = runner.invoke(app, [*args, "-q"], env={"NO_COLOR": "1", "COLUMNS": "120"})
+    seconds = time.perf_counter() - t0
+    stderr = result.stderr if hasattr(result, "stderr") else ""
+    leftovers = [p.name for p in case.rglob("*") if p.name.endswith((".tmp", ".partial")) or ".partial" in p.name]
+    problems = []
+    code = result.exit_code
+    if code not in (0, 1, 2):
+        problems.append(f"exit {code}")
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        problems.append(f"exception {type(result.exception).__name__}: {result.exception}")
+    if "Traceback" in stderr:
+        problems.append("traceback")
+    if code == 2 and len([ln for ln in stderr.splitlines() if ln.strip()]) != 1:
+        problems.append("not one line on stderr")
+    if leftovers:
+        problems.append(f"partial files {leftovers}")
+    if seconds > TIME_LIMIT:
+        problems.append(f"took {seconds:.0f} s")
+    return {"seed": seed, "sample": sample, "target": target, "mutation": what, "command": " ".join(command[:2]),
+            "exit": code, "seconds": round(seconds, 3), "problems": problems,
+            "stderr": stderr.strip().splitlines()[-1:] if stderr.strip() else []}
+
+
+def fuzz(cases: int, seed: int = 0, fast: bool = False) -> list[dict]:
+    try:
+        runner = CliRunner(mix_stderr=False)
+    except TypeError:
+        runner = CliRunner()
+    torch.set_num_threads(1)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(cases):
+            rows.append(run_case(runner, seed * 1_000_003 + i, Path(tmp), fast))
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cases", type=int, default=10_000)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    args = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    rows = fuzz(args.cases, args.seed)
+    by_exit = Counter(r["exit"] for r in rows)
+    failing = [r for r in rows if r["problems"]]
+    first: dict[str, dict] = {}
+    for r in failing:
+        first.setdefault(r["problems"][0].split(":")[0], r)
+    lines = [f"# Fuzz run: {len(rows)} cases, seed {args.seed}, {time.perf_counter() - t0:.0f} s", "",
+             "Exit codes: " + ", ".join(f"{k}: {v}" for k, v in sorted(by_exit.items())),
+             f"Cases breaking the contract: {len(failing)}", ""]
+    for kind, r in first.items():
+        lines.append(f"- first '{kind}': seed {r['seed']}, {r['sample']} {r['target']}, {r['mutation']}, "
+                     f"`{r['command']}`: {r['problems']} {r['stderr']}")
+    lines.append(f"\nSlowest case: {max(r['seconds'] for r in rows):.2f} s")
+    text = "\n".join(lines) + "\n"
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "fuzz.md").write_text(text)
+    print(text)
+    return 1 if failing else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

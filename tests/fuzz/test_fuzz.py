@@ -1,0 +1,20 @@
+"""A fixed-seed sample of the fuzz harness (benchmarks/fuzz.py): mutated sample files through the CLI must end
+with exit 0, 1 or 2, one stderr line, no traceback and no partial file."""
+
+from __future__ import annotations
+
+from benchmarks.fuzz import fuzz
+
+
+def test_500_mutated_files_through_the_readers_keep_the_error_contract():
+    rows = fuzz(500, seed=1, fast=True)
+    broken = [r for r in rows if r["problems"]]
+    assert not broken, broken[:3]
+    assert sum(r["exit"] == 2 for r in rows) > 300  # most mutations are bad input, and are reported as such
+
+
+def test_40_mutated_files_through_every_command_keep_the_error_contract():
+    rows = fuzz(40, seed=2)
+    broken = [r for r in rows if r["problems"]]
+    assert not broken, broken[:3]
+    assert {r["command"].split()[0] for r in rows} >= {"inspect", "labels", "reconstruct", "defend"}

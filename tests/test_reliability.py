@@ -1,0 +1,157 @@
+"""Issue-20 findings, each with its test: SIGTERM like Ctrl-C, Ctrl-C during start-up, -o FILE needs --force,
+integer updates and impossible checkpoint sizes refused before anything is allocated."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from fedaudit.io.files import read_safetensors, write_safetensors
+
+from .helpers import ROOT, assert_one_error_line, sample
+
+
+@pytest.mark.slow
+def test_sigterm_is_handled_like_ctrl_c(tmp_path):
+    ckpt, upd, _ = sample("lenet_b1")
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "fedaudit", "reconstruct", "ig", str(ckpt), str(upd), "-o", str(out),
+                             "-n", "1000000", "--checkpoint-every", "20", "-q"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    marker = tmp_path / "out.checkpoint.safetensors"
+    deadline = time.time() + 120
+    while not marker.exists() and time.time() < deadline:
+        time.sleep(0.2)
+    assert marker.exists(), proc.stderr.read() if proc.poll() is not None else "no checkpoint"
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    assert json.loads((out / "report.json").read_text())["status"] == "interrupted"
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".partial")]
+
+
+@pytest.mark.slow
+def test_an_early_interrupt_is_one_line_not_a_traceback():
+    proc = subprocess.Popen([sys.executable, "-m", "fedaudit", "--help"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    time.sleep(1.0)  # python is up (~0.05 s), torch is still importing (2-5 s)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    if proc.returncode == 0:
+        pytest.skip("the imports finished before the signal arrived")
+    assert proc.returncode == 130 and "Traceback" not in stderr, stderr
+    assert stderr.strip() == "fedaudit: error: interrupted"
+
+
+def test_output_files_are_not_replaced_without_force(cli, tmp_path):
+    ckpt, upd, _ = sample("lenet_b4")
+    target = tmp_path / "result.json"
+    target.write_text("keep me")
+    for command in (["labels", "idlg"], ["inspect"]):
+        res = cli(*command, ckpt, upd, "-o", target, "-q", expect=2)
+        assert_one_error_line(res.stderr, "already exists", "--force")
+        assert target.read_text() == "keep me"
+    cli("inspect", ckpt, upd, "-o", target, "-q", "--force")
+    assert json.loads(target.read_text())["kind"] == "gradient"
+
+
+def test_an_integer_update_is_refused(cli, tmp_path):
+    ckpt, upd, _ = sample("lenet_b4")
+    tensors, meta = read_safetensors(upd, "update")
+    bad = tmp_path / "int.safetensors"
+    write_safetensors(bad, {k: (v * 1000).to(torch_int()) if v.is_floating_point() else v for k, v in tensors.items()}, meta)
+    res = cli("labels", "llg", ckpt, bad, expect=2)
+    assert_one_error_line(res.stderr, "int32", "floating point")
+
+
+def torch_int():
+    import torch
+
+    return torch.int32
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("input_shape", "[3, 100000, 100000]", "not plausible"),
+    ("input_shape", "[3, 0, 32]", "input_shape"),
+    ("num_classes", "1000000000", "above 1,000,000"),
+])
+def test_impossible_checkpoint_sizes_are_refused_before_allocation(cli, tmp_path, field, value, message):
+    ckpt, upd, _ = sample("lenet_b4")
+    tensors, meta = read_safetensors(ckpt, "checkpoint")
+    bad = tmp_path / "ckpt.safetensors"
+    write_safetensors(bad, tensors, {**meta, f"fedaudit.{field}": value})
+    res = cli("inspect", bad, upd, expect=2)
+    assert_one_error_line(res.stderr, message)
+
+
+def test_a_model_larger_than_memory_is_refused_with_its_size(monkeypatch, cli, tmp_path):
+    from fedaudit.io import checkpoint
+
+    monkeypatch.setattr(checkpoint, "_memory_bytes", lambda: 1000)  # a machine with 1 kB of memory
+    ckpt, upd, _ = sample("lenet_b4")
+    res = cli("inspect", ckpt, upd, expect=2)
+    assert_one_error_line(res.stderr, "GiB of parameters", "memory")
+
+
+@pytest.mark.parametrize("name", ["lenet_b4", "lenet_fedavg_k3", "mlp_mnist_withheld", "resnet10_b4"])
+def test_inspect_and_reconstruct_agree_on_which_attacks_apply(cli, name):
+    from fedaudit.attacks import ATTACKS
+    from fedaudit.jobs import ReconstructJob, Session
+
+    from .helpers import load_sample
+
+    ckpt, upd, _ = sample(name)
+    info = json.loads(cli("inspect", ckpt, upd, "-q").stdout)
+    tm, _ = load_sample(name)
+    for attack, _cls in ATTACKS:
+        says = info["attacks"][attack]["applicable"]
+        assert says == (not ReconstructJob(Session(), tm, attack).why_not()), (attack, info["attacks"][attack])
+
+
+def test_a_finished_run_removes_its_resume_checkpoint(cli, tmp_path):
+    ckpt, upd, _ = sample("lenet_b1")
+    cli("reconstruct", "ig", ckpt, upd, "-o", tmp_path / "out", "-n", "40", "--checkpoint-every", "10", "-q")
+    assert (tmp_path / "out" / "report.json").is_file()
+    assert not (tmp_path / "out.checkpoint.safetensors").exists()
+
+
+@pytest.mark.parametrize("args,message", [
+    (["reconstruct", "ig", "--tv", "-3"], "--tv must be >= 0"),
+    (["reconstruct", "ig", "--lr", "nan"], "not a finite number"),
+    (["reconstruct", "ig", "-n", "0"], ">= 1"),
+    (["defend", "dp", "--eps", "-1"], "--eps must be >= 0"),
+])
+def test_numeric_options_are_checked_before_any_work(cli, tmp_path, args, message):
+    ckpt, upd, _ = sample("lenet_b1")
+    res = cli(*args[:2], ckpt, upd, "-o", tmp_path / "out", *args[2:], expect=2)
+    assert_one_error_line(res.stderr, message)
+    assert not (tmp_path / "out").exists()
+
+
+def test_unreliable_results_come_with_a_warning(cli, tmp_path):
+    ckpt, upd, _ = sample("lenet_fedavg_k3")
+    out = json.loads(cli("labels", "llg", ckpt, upd, "-q").stdout)
+    assert any("assumes one local step" in w and "K = 3" in w for w in out["warnings"]), out["warnings"]
+    ckpt, upd, _ = sample("lenet_b4")
+    out = json.loads(cli("labels", "ilrg", ckpt, upd, "-q").stdout)
+    assert any("raw per-class estimates sum to" in w for w in out["warnings"]), out["warnings"]
+    ckpt, upd, _ = sample("lenet_b1")
+    res = cli("reconstruct", "fedleak", ckpt, upd, "-o", tmp_path / "f", "-n", "30", "--lr", "1e-4")
+    assert "under 10% of fedleak's default" in res.stderr
+    report = json.loads((tmp_path / "f" / "report.json").read_text())
+    assert any("barely moved" in w for w in report["attack"]["warnings"])
+
+
+def test_bare_fedaudit_prints_its_help_on_stderr_and_exits_2():
+    from .helpers import run_module
+
+    res = run_module()
+    assert res.returncode == 2 and res.stdout == ""
+    assert "Usage" in res.stderr and "reconstruct" in res.stderr
