@@ -155,3 +155,74 @@ def test_bare_fedaudit_prints_its_help_on_stderr_and_exits_2():
     res = run_module()
     assert res.returncode == 2 and res.stdout == ""
     assert "Usage" in res.stderr and "reconstruct" in res.stderr
+
+
+def test_out_of_memory_is_a_clear_runtime_failure(cli, tmp_path, monkeypatch):
+    """A CUDA OOM, simulated on the CPU: exit 3 with the batch that failed and a hint, no report folder."""
+    import torch
+
+    from fedaudit.attacks.engine import GradientEngine
+
+    def oom(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(GradientEngine, "gradient", oom)
+    ckpt, upd, _ = sample("lenet_b4")
+    res = cli("reconstruct", "ig", ckpt, upd, "-o", tmp_path / "out", "-n", "5", "-q", expect=3)
+    assert_one_error_line(res.stderr, "out of memory", "4 images (4x3x32x32)", "--batch-size")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_corrupt_resume_checkpoint_is_bad_input_naming_the_file(cli, tmp_path):
+    ckpt, upd, _ = sample("lenet_b1")
+    bad = tmp_path / "resume.safetensors"
+    bad.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json at all")
+    res = cli("reconstruct", "ig", ckpt, upd, "-o", tmp_path / "out", "-n", "5", "--resume", bad, "-q", expect=2)
+    assert_one_error_line(res.stderr, str(bad))
+
+
+def test_a_huge_image_file_is_refused_before_decoding(cli, tmp_path):
+    """A PNG whose header claims 10,000 x 8,000 pixels (80 MP): refused from its header, nothing decoded."""
+    import struct
+    import zlib
+
+    from PIL import Image
+
+    small = tmp_path / "small.png"
+    Image.new("RGB", (1, 1)).save(small)
+    data = bytearray(small.read_bytes())
+    start = data.index(b"IHDR")
+    data[start + 4:start + 12] = struct.pack(">II", 10_000, 8_000)
+    data[start + 17:start + 21] = struct.pack(">I", zlib.crc32(bytes(data[start:start + 17])) & 0xFFFFFFFF)
+    folder = tmp_path / "images"
+    folder.mkdir()
+    (folder / "bomb_3.png").write_bytes(bytes(data))
+    ckpt, _, _ = sample("lenet_b1")
+    res = cli("capture", ckpt, folder, "-o", tmp_path / "u.safetensors", "-b", "1", "--labels", "names", expect=2)
+    assert_one_error_line(res.stderr, "10000 x 8000", "megapixels")
+    assert not (tmp_path / "u.safetensors").exists()
+
+
+def test_a_disk_that_fills_while_the_report_is_written_loses_nothing_finished(cli, tmp_path, monkeypatch):
+    """ENOSPC on the report's third file: exit 2 with the reason, no half-written folder, no staging folder left,
+    and the resume checkpoint (the best reconstruction so far) kept for a later --resume."""
+    import errno
+
+    from fedaudit.io import files
+    from fedaudit.report import outdir
+
+    real, calls = files.atomic_write_bytes, []
+
+    def filling(path, data):
+        calls.append(path)
+        if len(calls) == 3:
+            raise files.InputError(f"cannot write {str(path)!r}: {errno.errorcode[errno.ENOSPC]} (No space left on device)")
+        return real(path, data)
+
+    monkeypatch.setattr(outdir, "atomic_write_bytes", filling)
+    ckpt, upd, _ = sample("lenet_b1")
+    out = tmp_path / "out"
+    res = cli("reconstruct", "ig", ckpt, upd, "-o", out, "-n", "20", "--checkpoint-every", "10", "-q", expect=2)
+    assert_one_error_line(res.stderr, "No space left on device")
+    assert not out.exists() and not [p for p in tmp_path.iterdir() if ".partial" in p.name]
+    assert (tmp_path / "out.checkpoint.safetensors").is_file()

@@ -37,13 +37,19 @@ def _fit(img: Image.Image, size: tuple[int, int], resize: bool, name: str) -> Im
     return img.crop((left, top, left + w, top + h))
 
 
+MAX_PIXELS = 64 * 10**6  # an image file above this is refused before decoding (a decompression bomb or a mistake)
+
+
 def _load_file(path: Path, input_shape, resize: bool) -> torch.Tensor:
     c, h, w = input_shape
     try:
-        with Image.open(path) as src:
+        with Image.open(path) as src:  # lazy: the size is known before any pixel is decoded
+            if src.width * src.height > MAX_PIXELS:
+                raise InputError(f"image {str(path)!r} is {src.width} x {src.height} pixels, above the "
+                                 f"{MAX_PIXELS // 10**6} megapixels fedaudit decodes; downscale it first")
             img = _fit(src.convert("L" if c == 1 else "RGB"), (h, w), resize, path.name)
             arr = np.asarray(img, dtype=np.float32) / 255.0
-    except (UnidentifiedImageError, OSError) as exc:
+    except (UnidentifiedImageError, OSError, Image.DecompressionBombError, SyntaxError, ValueError) as exc:
         raise InputError(f"cannot read image {str(path)!r}: {exc}") from None
     if c not in (1, 3):
         raise InputError(f"image files give 1 or 3 channels; the model takes {c}")

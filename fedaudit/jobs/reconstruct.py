@@ -17,7 +17,7 @@ from fedaudit.attacks.base import OptimizationAttack
 from fedaudit.attacks.engine import GradientEngine
 from fedaudit.attacks.loop import BARELY_MOVED, LoopConfig, LoopResult, optimize
 from fedaudit.channels import bn_statistics
-from fedaudit.errors import InputError
+from fedaudit.errors import InputError, RuntimeFailure
 from fedaudit.io.files import read_safetensors, safetensors_bytes
 from fedaudit.io.truth import Truth
 from fedaudit.jobs.labels import LabelJob
@@ -216,7 +216,14 @@ class ReconstructJob:
         return hashlib.sha256(blob.encode()).hexdigest()
 
     def optimize(self, attack: OptimizationAttack, labels: list[int]) -> LoopResult:
-        return optimize(attack, self.loop_config(labels))
+        try:
+            return optimize(attack, self.loop_config(labels))
+        except (torch.OutOfMemoryError, MemoryError):
+            shape = "x".join(map(str, attack.shape))
+            raise RuntimeFailure(
+                f"out of memory running {self.attack} on {attack.num_images} images ({shape}) with "
+                f"{self.settings['restarts']} restart(s) on {self.session.device}: try fewer images per run "
+                "(--batch-size), a smaller model input, or --device cpu") from None
 
     # --- the whole run -------------------------------------------------------------------------------------------
     def run(self, truth: Truth | None = None, inputs: dict[str, Any] | None = None) -> ReconstructResult:
