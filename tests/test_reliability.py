@@ -226,3 +226,24 @@ def test_a_disk_that_fills_while_the_report_is_written_loses_nothing_finished(cl
     assert_one_error_line(res.stderr, "No space left on device")
     assert not out.exists() and not [p for p in tmp_path.iterdir() if ".partial" in p.name]
     assert (tmp_path / "out.checkpoint.safetensors").is_file()
+
+
+@pytest.mark.slow
+def test_piped_stderr_has_no_blank_lines(tmp_path):
+    from .helpers import run_module
+
+    ckpt, upd, _ = sample("lenet_b1")
+    res = run_module("reconstruct", "ig", ckpt, upd, "-o", tmp_path / "out", "-n", "5")
+    assert res.returncode == 0, res.stderr
+    lines = res.stderr.splitlines()
+    assert lines and all(ln.strip() for ln in lines), res.stderr
+
+
+def test_truth_flags_read_the_same_everywhere(cli, tmp_path):
+    ckpt, upd, truth = sample("lenet_b4")
+    a = json.loads(cli("defend", "soteria", ckpt, upd, "-o", tmp_path / "a.safetensors", "--batch", truth, "-q").stdout)
+    b = json.loads(cli("defend", "soteria", ckpt, upd, "-o", tmp_path / "b.safetensors", "--truth", truth, "-q").stdout)
+    assert a["relative_gradient_error"] == b["relative_gradient_error"]
+    ta, _ = read_safetensors(tmp_path / "a.safetensors", "a")
+    tb, _ = read_safetensors(tmp_path / "b.safetensors", "b")
+    assert ta.keys() == tb.keys() and all((ta[k] == tb[k]).all() for k in ta)

@@ -132,9 +132,11 @@ def _restore_adam(opt, tensors, scalars):
 
 
 def _progress(quiet: bool) -> Progress:
+    """A transient bar on stderr, only on a terminal (piped, it would leave a blank line and nothing useful)."""
+    console = Console(stderr=True)
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                    TextColumn("loss {task.fields[loss]}"), console=Console(stderr=True), transient=True,
-                    redirect_stdout=False, redirect_stderr=False, disable=quiet)
+                    TextColumn("loss {task.fields[loss]}"), console=console, transient=True,
+                    redirect_stdout=False, redirect_stderr=False, disable=quiet or not console.is_terminal)
 
 
 def _images_or_none(attack: OptimizationAttack, state) -> torch.Tensor | None:

@@ -13,8 +13,10 @@ from fedaudit.errors import TrainingInterrupted
 
 def train_with_progress(label: str, epochs: int, quiet: bool, train: Callable):
     """Runs ``train(on_epoch)``; returns (model, info, interrupted): Ctrl-C keeps what was trained so far."""
+    console = Console(stderr=True)  # the bar only on a terminal: piped, it would leave a blank line
     progress = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                        TextColumn("mse {task.fields[mse]}"), console=Console(stderr=True), transient=True, disable=quiet)
+                        TextColumn("mse {task.fields[mse]}"), console=console, transient=True,
+                        disable=quiet or not console.is_terminal)
     with progress:
         task = progress.add_task("train", total=epochs, mse="-")
         try:

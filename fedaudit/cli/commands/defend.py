@@ -19,7 +19,8 @@ from fedaudit.jobs import DefendJob
 COMMON = params(
     "checkpoint", "update",
     flag("out", Path, "Defended update to write (.safetensors).", "--output", "-o"),
-    flag("batch", Optional[Path], "The client's batch (a truth file: images, labels) for defenses that recompute the gradient.", default=None),
+    flag("batch", Optional[Path], "The client's batch (a truth file: images, labels) for defenses that recompute the "
+         "gradient; --truth is the same flag, as in the other commands.", "--batch", "--truth", default=None),
     "seed", "device", "force", "quiet", "allow_custom_arch", "ignore_base_mismatch",
 )
 
