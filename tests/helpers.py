@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -48,6 +49,21 @@ def run_module(*args, cwd=ROOT) -> subprocess.CompletedProcess:
     """``python -m fedaudit ...`` in a subprocess (what a shell pipeline sees)."""
     return subprocess.run([sys.executable, "-m", "fedaudit", *map(str, args)], cwd=cwd, capture_output=True,
                           text=True, env={"NO_COLOR": "1", "COLUMNS": "120", "PATH": "/usr/bin:/bin"}, timeout=300)
+
+
+def start_long_reconstruct(tmp_path: Path, **popen_kwargs) -> tuple[subprocess.Popen, Path, Path]:
+    """``fedaudit reconstruct ig`` on the LeNet sample with a budget it never finishes, in a real process, returned
+    once it has written its first resume checkpoint: (process, report folder, checkpoint file)."""
+    ckpt, upd, _ = sample("lenet_b1")
+    out, marker = tmp_path / "out", tmp_path / "out.checkpoint.safetensors"
+    proc = subprocess.Popen([sys.executable, "-m", "fedaudit", "reconstruct", "ig", str(ckpt), str(upd), "-o", str(out),
+                             "-n", "1000000", "--checkpoint-every", "20", "-q"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **popen_kwargs)
+    deadline = time.time() + 120
+    while not marker.exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert marker.exists(), proc.stderr.read() if proc.poll() is not None else "no checkpoint"
+    return proc, out, marker
 
 
 def sample(name: str) -> tuple[Path, Path, Path]:

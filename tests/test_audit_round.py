@@ -6,54 +6,25 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 
-from fedaudit.client.capture import CaptureConfig, capture_update
-from fedaudit.data.offline import MNIST_MEAN, MNIST_STD, mnist_digits
-from fedaudit.io.checkpoint import save_checkpoint
-from fedaudit.io.update import save_update
-from fedaudit.models import ModelSpec, build_model
+from benchmarks.audit_round import make_round as benchmark_round
 
 from .helpers import assert_one_error_line
 
-SPEC = ModelSpec("lenet", 10, (3, 32, 32), MNIST_MEAN * 3, MNIST_STD * 3)
-B = 4
-
-
-def digits():
-    x, y = mnist_digits(pad_to=32)
-    idx = torch.randperm(len(y), generator=torch.Generator().manual_seed(0))
-    return x[idx].expand(-1, 3, -1, -1).contiguous(), y[idx]
-
 
 def make_round(folder: Path, clients: int = 3, corrupt: bool = True) -> dict[str, list[int]]:
-    """A round folder as the Flower recorder writes it: the global LeNet and each client's weights after one SGD
-    step on its own batch of 4 digits (and a truncated file for one more client); returns the true labels."""
-    x, y = digits()
-    torch.manual_seed(0)
-    model = build_model(SPEC)
-    (folder / "clients").mkdir(parents=True)
-    save_checkpoint(folder / "checkpoint.safetensors", model, SPEC)
-    truth = {}
-    for c in range(clients):
-        sl = slice(100 * c, 100 * c + B)
-        cap = capture_update(model, SPEC, x[sl], y[sl], CaptureConfig(batch_size=B, kind="weights", lr=0.1))
-        save_update(folder / "clients" / f"client{c}.safetensors", cap.tensors, cap.meta)
-        truth[f"client{c}"] = sorted(y[sl].tolist())
+    """The benchmark's round folder (global LeNet, each client's weights after one SGD step on its 4 digits, aux
+    digits beside it), plus a truncated file for one more client; returns the true labels by client."""
+    truth = benchmark_round(folder, clients)
     if corrupt:
-        good = (folder / "clients" / "client0.safetensors").read_bytes()
+        good = next((folder / "clients").glob("*.safetensors")).read_bytes()
         (folder / "clients" / "broken.safetensors").write_bytes(good[: len(good) // 3])
     return truth
 
 
-@pytest.fixture(scope="module")
-def aux(tmp_path_factory) -> Path:
-    from safetensors.torch import save_file
-
-    x, y = digits()
-    path = tmp_path_factory.mktemp("aux") / "aux.safetensors"
-    save_file({"images": x[4000:4200].contiguous(), "labels": y[4000:4200]}, str(path))
-    return path
+@pytest.fixture
+def aux(tmp_path) -> Path:
+    return tmp_path / "aux.safetensors"  # written by make_round beside the round folder
 
 
 def _run(cli, round_dir, out, aux, *extra, expect=2):
@@ -75,20 +46,21 @@ def test_a_round_is_audited_per_client_and_a_corrupt_client_is_its_own_error(cli
     assert summary["worst_client"] in truth and summary["errors"][0]["client"] == "broken"
     html = (tmp_path / "out" / "audit_round.html").read_text()
     assert "The worst clients" in html and "data:image/png;base64," in html
-    assert (tmp_path / "out" / "clients" / "client0" / "ig" / "report.json").is_file()
+    assert (tmp_path / "out" / "clients" / min(truth) / "ig" / "report.json").is_file()
 
 
 def test_a_killed_round_resumes_without_redoing_finished_clients(cli, tmp_path, aux):
     make_round(tmp_path / "round", corrupt=False)
     out = tmp_path / "out"
     first, _ = _run(cli, tmp_path / "round", out, aux, "--fail-on", "never", expect=0)
-    stamp = {c: (out / "clients" / c / "result.json").stat().st_mtime_ns for c in ("client0", "client1", "client2")}
-    # as if killed while client2 ran: its marker is missing, its partial folder is left behind
-    (out / "clients" / "client2" / "result.json").unlink()
+    names = sorted(p.name for p in (out / "clients").iterdir())
+    stamp = {c: (out / "clients" / c / "result.json").stat().st_mtime_ns for c in names}
+    # as if killed while the last client ran: its marker is missing, its partial folder is left behind
+    (out / "clients" / names[-1] / "result.json").unlink()
     again, _ = _run(cli, tmp_path / "round", out, aux, "--fail-on", "never", expect=0)
     assert again["resumed"] == 2 and again["audited"] == 3
-    assert (out / "clients" / "client0" / "result.json").stat().st_mtime_ns == stamp["client0"]
-    assert (out / "clients" / "client2" / "result.json").stat().st_mtime_ns != stamp["client2"]
+    assert (out / "clients" / names[0] / "result.json").stat().st_mtime_ns == stamp[names[0]]
+    assert (out / "clients" / names[-1] / "result.json").stat().st_mtime_ns != stamp[names[-1]]
     assert [r["labels"] for r in again["clients"]] == [r["labels"] for r in first["clients"]]
 
 

@@ -7,7 +7,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
@@ -18,7 +17,7 @@ from fedaudit.jobs import Session
 from fedaudit.metrics.psnr import psnr
 from fedaudit.threat_model import load_threat_model
 
-from .helpers import ROOT, assert_one_error_line, attack_job, sample
+from .helpers import ROOT, assert_one_error_line, attack_job, sample, start_long_reconstruct
 
 
 def _psnr_of_noise() -> float:
@@ -151,18 +150,9 @@ def test_ctrl_c_writes_the_best_so_far(cli, tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_sigint_in_a_real_process(tmp_path):
     ckpt, upd, truth = sample("lenet_b1")
-    out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-m", "fedaudit", "reconstruct", "ig", str(ckpt), str(upd), "-o", str(out),
-                             "-n", "1000000", "--checkpoint-every", "20", "-q"], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True,
-                            # a shell that starts the suite in the background hands SIGINT down ignored; Python
-                            # then never raises KeyboardInterrupt, so the child gets the default disposition back
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    marker = tmp_path / "out.checkpoint.safetensors"
-    deadline = time.time() + 120
-    while not marker.exists() and time.time() < deadline:
-        time.sleep(0.2)
-    assert marker.exists(), proc.stderr.read() if proc.poll() is not None else "no checkpoint"
+    # a shell that starts the suite in the background hands SIGINT down ignored; Python then never raises
+    # KeyboardInterrupt, so the child gets the default disposition back
+    proc, out, marker = start_long_reconstruct(tmp_path, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stderr

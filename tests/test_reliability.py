@@ -13,21 +13,12 @@ import pytest
 
 from fedaudit.io.files import read_safetensors, write_safetensors
 
-from .helpers import ROOT, assert_one_error_line, sample
+from .helpers import ROOT, assert_one_error_line, sample, start_long_reconstruct
 
 
 @pytest.mark.slow
 def test_sigterm_is_handled_like_ctrl_c(tmp_path):
-    ckpt, upd, _ = sample("lenet_b1")
-    out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-m", "fedaudit", "reconstruct", "ig", str(ckpt), str(upd), "-o", str(out),
-                             "-n", "1000000", "--checkpoint-every", "20", "-q"], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    marker = tmp_path / "out.checkpoint.safetensors"
-    deadline = time.time() + 120
-    while not marker.exists() and time.time() < deadline:
-        time.sleep(0.2)
-    assert marker.exists(), proc.stderr.read() if proc.poll() is not None else "no checkpoint"
+    proc, out, _ = start_long_reconstruct(tmp_path)
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stderr
