@@ -238,3 +238,29 @@ def test_truth_flags_read_the_same_everywhere(cli, tmp_path):
     ta, _ = read_safetensors(tmp_path / "a.safetensors", "a")
     tb, _ = read_safetensors(tmp_path / "b.safetensors", "b")
     assert ta.keys() == tb.keys() and all((ta[k] == tb[k]).all() for k in ta)
+
+
+def test_an_output_folder_that_turns_read_only_at_the_end_loses_nothing(cli, tmp_path, monkeypatch):
+    """The final rename is refused (the folder became read-only mid-run): exit 2 with the reason, no staging
+    folder left, an earlier report at the same place kept, and the resume checkpoint kept."""
+    import os
+
+    from fedaudit.report import outdir
+
+    ckpt, upd, _ = sample("lenet_b1")
+    out = tmp_path / "out"
+    cli("reconstruct", "ig", ckpt, upd, "-o", out, "-n", "5", "-q")
+    before = (out / "report.json").read_text()
+    real = os.rename
+
+    def refuse(src, dst):
+        if ".partial" in str(src):
+            raise PermissionError(13, "Permission denied")
+        return real(src, dst)
+
+    monkeypatch.setattr(outdir.os, "rename", refuse)
+    res = cli("reconstruct", "ig", ckpt, upd, "-o", out, "-n", "20", "--checkpoint-every", "10", "--force", "-q", expect=2)
+    assert_one_error_line(res.stderr, "Permission denied")
+    assert (out / "report.json").read_text() == before
+    assert not [p for p in tmp_path.iterdir() if ".partial" in p.name or ".old-" in p.name]
+    assert (tmp_path / "out.checkpoint.safetensors").is_file()

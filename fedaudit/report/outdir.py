@@ -45,13 +45,20 @@ class OutputDir:
         return self.write_bytes(rel, text.encode("utf-8"))
 
     def commit(self) -> Path:
-        if self.target.exists():
-            old = self.target.with_name(f".{self.target.name}.old-{os.getpid()}")
-            os.rename(self.target, old)
+        """Move the finished folder into place; a folder that became unwritable is an InputError (the staging
+        folder is then removed by ``abort``, and an existing target is put back)."""
+        old = None
+        try:
+            if self.target.exists():
+                old = self.target.with_name(f".{self.target.name}.old-{os.getpid()}")
+                os.rename(self.target, old)
             os.rename(self.staging, self.target)
+        except OSError as exc:
+            if old is not None and old.exists() and not self.target.exists():
+                os.rename(old, self.target)
+            raise InputError(f"cannot write {str(self.target)!r}: {exc.strerror or exc}") from None
+        if old is not None:
             shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(self.staging, self.target)
         self.committed = True
         return self.target
 
