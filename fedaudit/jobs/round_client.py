@@ -52,24 +52,28 @@ def audit_client(task: dict[str, Any]) -> dict[str, Any]:
         row["threat_model"] = {"kind": tm.meta.kind, "batch_size": tm.batch_size, "local_steps": tm.meta.local_steps}
         out = Path(task["out"])
         out.mkdir(parents=True, exist_ok=True)
-        label_out = LabelJob(session, tm, plan["labels"]).run()
-        row["labels"] = label_out["labels"]
-        row["label_method"] = label_out["diagnostics"].get("chosen", plan["labels"])
-        row["label_evidence"] = {k: label_out["evidence"].get(k) for k in ("agreement", "determined")}
+        # each attack recovers its labels itself, as `reconstruct` does, so that its report carries the label
+        # evidence its estimated band uses; with no attack, the label job alone
+        label_out = None if plan["attacks"] else LabelJob(session, tm, plan["labels"]).run()
         attacks = []
         for attack in plan["attacks"]:
             loop = {"iterations": plan["iterations"], "restarts": plan["restarts"]}
-            job = ReconstructJob(session, tm, attack, None, loop, given_labels=label_out["labels"])
+            job = ReconstructJob(session, tm, attack, None, loop, labels=plan["labels"])
             folder = OutputDir(out / attack, force=True)
             with folder:
                 result = job.run_to(folder, None, {"checkpoint": task["checkpoint"], "update": task["update"]})
+            label_out = label_out or result.report["labels"]
             band, source = result.band()
             verdict = result.report["evidence"]["verdict"]
             attacks.append({"attack": attack, "band": band, "band_source": source, "confidence": verdict.get("confidence"),
                             "p_higher": verdict.get("p_higher"), "distance": result.report["attack"]["distance"],
                             "grid": f"{attack}/grid.png" if result.images.shape[0] else None,
                             "report": f"{attack}/report.html"})
-        row.update(attacks=attacks, band=worst_band(a["band"] for a in attacks), status="ok", exit=0)
+        assert label_out is not None
+        evidence = label_out.get("evidence") or {}
+        row.update(labels=label_out["labels"], label_method=label_out["diagnostics"].get("chosen", plan["labels"]),
+                   label_evidence={k: evidence.get(k) for k in ("agreement", "determined")},
+                   attacks=attacks, band=worst_band(a["band"] for a in attacks), status="ok", exit=0)
     except FedauditError as exc:
         row.update(status="error", error=str(exc), exit=exc.exit_code if exc.exit_code in (EXIT_INPUT, EXIT_RUNTIME) else EXIT_RUNTIME)
     except Exception as exc:  # noqa: BLE001 - one client's internal failure must not stop the round
