@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import signal
 import struct
 import tempfile
 import time
@@ -120,6 +121,14 @@ def _tensors(data: bytes):
         return read_safetensors(fh.name, "seed")
 
 
+class Hang(BaseException):
+    """Raised by SIGALRM in a case that runs past TIME_LIMIT (a BaseException: no handler may swallow it)."""
+
+
+def _hang(signum, frame):  # noqa: ARG001 - the signal handler's signature
+    raise Hang(f"no exit after {TIME_LIMIT:.0f} s")
+
+
 def run_case(runner: CliRunner, seed: int, workdir: Path, fast: bool = False) -> dict:
     """One fuzz case; the result says whether it kept the contract. ``fast``: the cheap commands on LeNet only."""
     rng = random.Random(seed)
@@ -136,7 +145,12 @@ def run_case(runner: CliRunner, seed: int, workdir: Path, fast: bool = False) ->
     if command[0] == "inspect":
         args = ["inspect", str(bad if target == "checkpoint" else ckpt), str(bad if target == "update" else upd)]
     t0 = time.perf_counter()
-    result = runner.invoke(app, [*args, "-q"], env={"NO_COLOR": "1", "COLUMNS": "120"})
+    signal.signal(signal.SIGALRM, _hang)
+    signal.alarm(int(TIME_LIMIT))  # a hang becomes a recorded failure instead of stopping the run
+    try:
+        result = runner.invoke(app, [*args, "-q"], env={"NO_COLOR": "1", "COLUMNS": "120"})
+    finally:
+        signal.alarm(0)
     seconds = time.perf_counter() - t0
     stderr = result.stderr if hasattr(result, "stderr") else ""
     leftovers = [p.name for p in case.rglob("*") if p.name.endswith((".tmp", ".partial")) or ".partial" in p.name]
@@ -144,7 +158,9 @@ def run_case(runner: CliRunner, seed: int, workdir: Path, fast: bool = False) ->
     code = result.exit_code
     if code not in (0, 1, 2):
         problems.append(f"exit {code}")
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
+    if isinstance(result.exception, Hang):
+        problems.append(f"hang: {result.exception}")
+    elif result.exception is not None and not isinstance(result.exception, SystemExit):
         problems.append(f"exception {type(result.exception).__name__}: {result.exception}")
     if "Traceback" in stderr:
         problems.append("traceback")
@@ -159,7 +175,7 @@ def run_case(runner: CliRunner, seed: int, workdir: Path, fast: bool = False) ->
             "stderr": stderr.strip().splitlines()[-1:] if stderr.strip() else []}
 
 
-def fuzz(cases: int, seed: int = 0, fast: bool = False) -> list[dict]:
+def fuzz(cases: int, seed: int = 0, fast: bool = False, start: int = 0, log: Path | None = None) -> list[dict]:
     try:
         runner = CliRunner(mix_stderr=False)
     except TypeError:
@@ -167,8 +183,11 @@ def fuzz(cases: int, seed: int = 0, fast: bool = False) -> list[dict]:
     torch.set_num_threads(1)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for i in range(cases):
+        for i in range(start, start + cases):
             rows.append(run_case(runner, seed * 1_000_003 + i, Path(tmp), fast))
+            if log is not None:  # one row per line as it finishes: a killed run keeps what it found
+                with log.open("a") as fh:
+                    fh.write(json.dumps(rows[-1]) + "\n")
     return rows
 
 
@@ -176,16 +195,19 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cases", type=int, default=10_000)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--start", type=int, default=0, help="first case index (to continue a run)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
-    rows = fuzz(args.cases, args.seed)
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows = fuzz(args.cases, args.seed, start=args.start, log=args.out / "fuzz_rows.jsonl")
     by_exit = Counter(r["exit"] for r in rows)
     failing = [r for r in rows if r["problems"]]
     first: dict[str, dict] = {}
     for r in failing:
         first.setdefault(r["problems"][0].split(":")[0], r)
-    lines = [f"# Fuzz run: {len(rows)} cases, seed {args.seed}, {time.perf_counter() - t0:.0f} s", "",
+    lines = [f"# Fuzz run: {len(rows)} cases ({args.start}-{args.start + len(rows) - 1}), seed {args.seed}, "
+             f"{time.perf_counter() - t0:.0f} s", "",
              "Exit codes: " + ", ".join(f"{k}: {v}" for k, v in sorted(by_exit.items())),
              f"Cases breaking the contract: {len(failing)}", ""]
     for kind, r in first.items():

@@ -23,7 +23,7 @@ from fedaudit.conversion import (
 )
 from fedaudit.errors import InputError, NotApplicable
 from fedaudit.io.checkpoint import Checkpoint, load_checkpoint
-from fedaudit.io.update import RecordedUpdate, UpdateMeta, load_update
+from fedaudit.io.update import MAX_BATCH, RecordedUpdate, UpdateMeta, load_update
 from fedaudit.models import ModelSpec, final_linear
 
 HUGE = 1e18  # |entry| above which squares overflow float32 (3.4e38)
@@ -53,6 +53,8 @@ class ThreatModel:
         if batch_size is not None:
             if batch_size < 1:
                 raise InputError(f"--batch-size must be >= 1, got {batch_size}")
+            if batch_size > MAX_BATCH:
+                raise InputError(f"--batch-size must be at most {MAX_BATCH:,}, got {batch_size}")
             meta = dataclasses.replace(meta, batch_size=batch_size)
         params = dict(checkpoint.model.named_parameters())
         buffers = dict(checkpoint.model.named_buffers())

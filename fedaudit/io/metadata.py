@@ -39,7 +39,8 @@ class Meta:
             raise self._err(key, f"is {value!r}; expected one of {', '.join(choices)}")
         return value
 
-    def int(self, key: builtins.str, default: builtins.int | None = None, required: bool = False, minimum: builtins.int | None = None):
+    def int(self, key: builtins.str, default: builtins.int | None = None, required: bool = False, minimum: builtins.int | None = None,
+            maximum: builtins.int | None = None):
         value = self.str(key, None, required)
         if value is None:
             return default
@@ -49,6 +50,8 @@ class Meta:
             raise self._err(key, f"is {value!r}, not an integer") from None
         if minimum is not None and out < minimum:
             raise self._err(key, f"is {out}; must be >= {minimum}")
+        if maximum is not None and out > maximum:
+            raise self._err(key, f"is {out}; above {maximum:,}, not a plausible value")
         return out
 
     def float(self, key: builtins.str, default: builtins.float | None = None, required: bool = False, positive: bool = False):

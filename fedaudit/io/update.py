@@ -21,6 +21,11 @@ REDUCTIONS = ("mean", "sum")
 BN_MODES = ("train", "eval")
 
 
+# Above these a recorded batch or step count is corrupt, not a client's: the labels of B x K samples are
+# materialised, so 1e9 (found by the fuzzer) ran for an hour instead of failing
+MAX_BATCH, MAX_STEPS = 65_536, 100_000
+
+
 @dataclass
 class UpdateMeta:
     """What the client reported (or the capture recorded) about how the update was produced."""
@@ -58,8 +63,8 @@ def read_update_meta(meta: Meta) -> UpdateMeta:
         kind=kind,
         delta_sign=meta.choice("delta_sign", DELTA_SIGNS, required=kind == "delta"),
         reduction=meta.choice("reduction", REDUCTIONS, required=kind == "gradient"),
-        batch_size=meta.int("batch_size", minimum=1),
-        local_steps=meta.int("local_steps", default=1, required=multi, minimum=1),
+        batch_size=meta.int("batch_size", minimum=1, maximum=MAX_BATCH),
+        local_steps=meta.int("local_steps", default=1, required=multi, minimum=1, maximum=MAX_STEPS),
         local_lr=meta.float("local_lr", required=multi, positive=True),
         num_examples=meta.int("num_examples", minimum=1),
         bn_mode=meta.choice("bn_mode", BN_MODES),
