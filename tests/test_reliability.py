@@ -278,3 +278,13 @@ def test_an_implausible_recorded_batch_size_is_refused_at_once(cli, tmp_path):
     assert_one_error_line(res.stderr, "fedaudit.batch_size", "not a plausible value")
     res = cli("labels", "llg", ckpt, upd, "-b", "100000", expect=2)
     assert_one_error_line(res.stderr, "--batch-size must be at most 65,536")
+
+
+def test_a_required_metadata_value_of_null_is_bad_input(cli, tmp_path):
+    """Found by the fuzzer: fedaudit.input_shape = null ended as an internal error (exit 3)."""
+    ckpt, upd, _ = sample("lenet_b4")
+    tensors, meta = read_safetensors(ckpt, "checkpoint")
+    bad = tmp_path / "ckpt.safetensors"
+    write_safetensors(bad, tensors, {**meta, "fedaudit.input_shape": "null"})
+    res = cli("inspect", bad, upd, expect=2)
+    assert_one_error_line(res.stderr, "fedaudit.input_shape", "is null")

@@ -76,6 +76,8 @@ class Meta:
             out = json.loads(value)
         except json.JSONDecodeError as exc:
             raise self._err(key, f"is not valid JSON ({exc.msg})") from None
+        if out is None and required:  # JSON null for a value that must be there (found by the fuzzer)
+            raise self._err(key, "is null")
         if kind is not None and not isinstance(out, kind):
             raise self._err(key, f"must be a JSON {kind.__name__}")
         return out
