@@ -1,16 +1,24 @@
 """Fuzzing the file readers and commands: mutated sample updates and checkpoints through the CLI, in process.
 
     .venv/bin/python -m benchmarks.fuzz --cases 10000          # the benchmark (prints counts by exit code)
+    .venv/bin/python -m benchmarks.fuzz --cases 5000 --start 5000 --out B &   # or split over two cores, then
+    .venv/bin/python -m benchmarks.fuzz --report A/fuzz_rows.jsonl B/fuzz_rows.jsonl
     (tests/fuzz/test_fuzz.py runs a fixed-seed sample of 500 in CI)
 
-Mutations of a real safetensors file (``sample_updates/``): truncation at every structural boundary (inside the
-8-byte length, inside and at the end of the JSON header, inside the data, one byte short) and at random points;
-bit flips in the header and in the data; header rewrites (a tensor's dtype, shape or data offsets changed, huge
-sizes, a tensor renamed or removed, an unknown tensor added, metadata values of the wrong type or out of range);
-tensor values replaced by NaN, Inf, denormals or huge numbers; zero-size tensors. Each case runs one command
-(``inspect``, ``labels auto``/``llg``, ``reconstruct ig -n 2``, ``defend prune``) with the mutated file as the
-update or the checkpoint. The contract: exit 0, 1 or 2 (never 3 for bad input, never a traceback), at most one
-line on stderr for exit 2, no temporary or partial file left, within the time limit.
+Mutations of a real safetensors file (``sample_updates/``: an update, a checkpoint or a truth file): truncation at
+every structural boundary (inside the 8-byte length, inside and at the end of the JSON header, inside the data, one
+byte short) and at random points; bit flips in the header and in the data; header rewrites (a tensor's dtype, shape
+or data offsets changed, huge sizes, a tensor renamed or removed, an unknown tensor added, metadata values of the
+wrong type or out of range); tensor values replaced by NaN, Inf, denormals or huge numbers; zero-size tensors.
+Mutations of the other inputs (benchmarks/fuzz_inputs.py): label files (wrong JSON types and values, truncation,
+safetensors labels of the wrong dtype or shape), Flower .npz arrays (truncation, bit flips, arrays dropped, added,
+swapped, retyped, reshaped, pickled, NaN, a header claiming 10^12 elements) and image folders (truncated or
+bit-flipped PNGs, empty and text files, other modes, large images, a decompression-bomb header, stray files, names
+without a class number, an empty folder). Each case runs one command on the mutated input: ``inspect``,
+``labels auto``/``llg`` (also with ``--truth``), ``reconstruct ig -n 2`` (also with ``--labels-file``),
+``defend prune``, ``score``, ``import flower-npz`` or ``capture``. The contract: exit 0, 1 or 2 (never 3 for bad
+input, never a traceback), at most one line on stderr for exit 2, no temporary or partial file left, within the
+time limit.
 """
 
 from __future__ import annotations
@@ -29,7 +37,9 @@ import torch
 from safetensors.torch import save as st_save
 from typer.testing import CliRunner
 
+from benchmarks.fuzz_inputs import mutate_image_folder, mutate_labels_file, mutate_npz
 from fedaudit.cli.app import app
+from fedaudit.io.checkpoint import load_checkpoint
 from fedaudit.io.files import read_safetensors
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -129,21 +139,64 @@ def _hang(signum, frame):  # noqa: ARG001 - the signal handler's signature
     raise Hang(f"no exit after {TIME_LIMIT:.0f} s")
 
 
+# What each case mutates: (target, weight in the full run, in the fast CI sample).
+TARGETS = (("update", 6, 6), ("checkpoint", 2, 2), ("truth", 1, 1), ("recon", 1, 0), ("labels-file", 1, 1),
+           ("npz", 1, 1), ("images", 1, 1))
+
+
+def _truth(sample: str) -> tuple[torch.Tensor, list[int]]:
+    tensors, _ = read_safetensors(SAMPLES / sample / "truth.safetensors", "truth")
+    return tensors["images"], [int(v) for v in tensors["labels"]]
+
+
+def _arguments(target: str, sample: str, case: Path, rng: random.Random, fast: bool) -> tuple[str, list[str]]:
+    """Mutate the target input of one case; return what was done and the command line."""
+    ckpt, upd = SAMPLES / sample / "checkpoint.safetensors", SAMPLES / sample / "update.safetensors"
+    truth = SAMPLES / sample / "truth.safetensors"
+    out = str(case / "out")
+    if target in ("update", "checkpoint"):
+        what, data = mutate((upd if target == "update" else ckpt).read_bytes(), rng)
+        bad = case / f"{target}.safetensors"
+        bad.write_bytes(data)
+        command = [a.replace("{out}", out) for a in rng.choice(FAST if fast else COMMANDS)]
+        c, u = str(bad if target == "checkpoint" else ckpt), str(bad if target == "update" else upd)
+        if command[0] == "inspect":
+            return what, ["inspect", c, u]
+        return what, [*command[:2], c, u, *command[2:]]
+    if target in ("truth", "recon"):
+        what, data = mutate(truth.read_bytes(), rng)
+        bad = case / f"{target}.safetensors"
+        bad.write_bytes(data)
+        if target == "recon":  # the reconstructions scored against the real truth
+            return what, ["score", str(bad), "--truth", str(truth), "-o", out, "--lpips-net", "alex"]
+        if fast or rng.random() < 0.5:
+            return what, ["labels", "llg", str(ckpt), str(upd), "--truth", str(bad)]
+        return what, ["score", str(truth), "--truth", str(bad), "-o", out, "--lpips-net", "alex"]
+    images, labels = _truth(sample)
+    if target == "labels-file":
+        what, path = mutate_labels_file(labels, case, rng)
+        return what, ["reconstruct", "ig", str(ckpt), str(upd), "--labels-file", str(path), "-n", "2", "-o", out]
+    if target == "npz":
+        tensors, _ = read_safetensors(upd, "update")
+        order = [n for n, _ in load_checkpoint(ckpt).model.named_parameters()]  # Flower's positional order
+        what, path = mutate_npz([tensors[n] for n in order], case, rng)
+        return what, ["import", "flower-npz", str(path), "-c", str(ckpt), "-o", out + ".safetensors", "--kind", "gradient",
+                      "--order", "parameters", "-b", str(len(labels))]
+    what, folder = mutate_image_folder(images, labels, case, rng)
+    return what, ["capture", str(ckpt), str(folder), "-b", str(len(labels)), "--image-labels", "names",
+                  "-o", out + ".safetensors", "--truth-out", out + ".truth.safetensors"]
+
+
 def run_case(runner: CliRunner, seed: int, workdir: Path, fast: bool = False) -> dict:
     """One fuzz case; the result says whether it kept the contract. ``fast``: the cheap commands on LeNet only."""
     rng = random.Random(seed)
     sample = rng.choice(["lenet_b1", "lenet_b4", "lenet_fedavg_k3"] + ([] if fast else ["convnet_b8_repeated"]))
-    ckpt, upd = SAMPLES / sample / "checkpoint.safetensors", SAMPLES / sample / "update.safetensors"
-    target = rng.choice(["update", "update", "update", "checkpoint"])
-    what, data = mutate((upd if target == "update" else ckpt).read_bytes(), rng)
+    names = [t[0] for t in TARGETS]
+    target = rng.choices(names, weights=[t[2 if fast else 1] for t in TARGETS])[0]
     case = workdir / f"case{seed}"
     case.mkdir()
-    bad = case / f"{target}.safetensors"
-    bad.write_bytes(data)
-    command = [a.replace("{out}", str(case / "out")) for a in rng.choice(FAST if fast else COMMANDS)]
-    args = [*command[:2], str(bad if target == "checkpoint" else ckpt), str(bad if target == "update" else upd), *command[2:]]
-    if command[0] == "inspect":
-        args = ["inspect", str(bad if target == "checkpoint" else ckpt), str(bad if target == "update" else upd)]
+    what, args = _arguments(target, sample, case, rng, fast)
+    command = args[:2] if args[0] in ("labels", "reconstruct", "defend", "import") else args[:1]
     t0 = time.perf_counter()
     signal.signal(signal.SIGALRM, _hang)
     signal.alarm(int(TIME_LIMIT))  # a hang becomes a recorded failure instead of stopping the run
@@ -191,34 +244,50 @@ def fuzz(cases: int, seed: int = 0, fast: bool = False, start: int = 0, log: Pat
     return rows
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--cases", type=int, default=10_000)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--start", type=int, default=0, help="first case index (to continue a run)")
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
-    args = ap.parse_args(argv)
-    t0 = time.perf_counter()
-    args.out.mkdir(parents=True, exist_ok=True)
-    rows = fuzz(args.cases, args.seed, start=args.start, log=args.out / "fuzz_rows.jsonl")
+def summary(rows: list[dict], seconds: float, seed: int) -> str:
+    """Counts by exit code, input and command, and the first failing case of each kind."""
     by_exit = Counter(r["exit"] for r in rows)
     failing = [r for r in rows if r["problems"]]
     first: dict[str, dict] = {}
     for r in failing:
         first.setdefault(r["problems"][0].split(":")[0], r)
-    lines = [f"# Fuzz run: {len(rows)} cases ({args.start}-{args.start + len(rows) - 1}), seed {args.seed}, "
-             f"{time.perf_counter() - t0:.0f} s", "",
+    seeds = sorted(r["seed"] - seed * 1_000_003 for r in rows)
+    lines = [f"# Fuzz run: {len(rows)} cases ({seeds[0]}-{seeds[-1]}), seed {seed}, {seconds:.0f} s", "",
              "Exit codes: " + ", ".join(f"{k}: {v}" for k, v in sorted(by_exit.items())),
+             "By input: " + ", ".join(f"{t} {sum(r['target'] == t for r in rows)} "
+                                      f"({', '.join(f'exit {k}: {v}' for k, v in sorted(Counter(r['exit'] for r in rows if r['target'] == t).items()))})"
+                                      for t, _, _ in TARGETS),
+             "By command: " + ", ".join(f"{c} {n}" for c, n in Counter(r["command"] for r in rows).most_common()),
              f"Cases breaking the contract: {len(failing)}", ""]
     for kind, r in first.items():
         lines.append(f"- first '{kind}': seed {r['seed']}, {r['sample']} {r['target']}, {r['mutation']}, "
                      f"`{r['command']}`: {r['problems']} {r['stderr']}")
-    lines.append(f"\nSlowest case: {max(r['seconds'] for r in rows):.2f} s")
-    text = "\n".join(lines) + "\n"
+    lines.append(f"\nSlowest case: {max(r['seconds'] for r in rows):.2f} s; time in commands: "
+                 f"{sum(r['seconds'] for r in rows):.0f} s")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cases", type=int, default=10_000)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--start", type=int, default=0, help="first case index (to continue a run, or split one over cores)")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    ap.add_argument("--report", type=Path, nargs="+", metavar="ROWS",
+                    help="summarise these fuzz_rows.jsonl files (the parts of a split or stopped run) and exit")
+    args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    if args.report:
+        rows = [json.loads(line) for f in args.report for line in f.read_text().splitlines() if line.strip()]
+        seconds = sum(r["seconds"] for r in rows)
+    else:
+        rows = fuzz(args.cases, args.seed, start=args.start, log=args.out / "fuzz_rows.jsonl")
+        seconds = time.perf_counter() - t0
+    text = summary(rows, seconds, args.seed)
     (args.out / "fuzz.md").write_text(text)
     print(text)
-    return 1 if failing else 0
+    return 1 if any(r["problems"] for r in rows) else 0
 
 
 if __name__ == "__main__":

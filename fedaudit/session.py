@@ -66,6 +66,9 @@ class Session:
     seed: int = 0
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     batch_size: int | None = None  # --batch-size: applied once, when the threat model is loaded
+    # what --batch-size does to an update that records another batch size: "check" refuses (the default),
+    # "override" replaces it (--force), "fill" applies it only to updates that record none (audit-round)
+    batch_size_mode: str = "check"
     aux: Aux | None = None
     quiet: bool = True  # no progress or tables on stderr
     force: bool = False  # outputs may replace existing files
@@ -88,7 +91,8 @@ class Session:
         """Load a checkpoint and an update under this session's policies, with its batch-size override, the
         model on its device, and its aux data (from ``aux``) drawn or loaded for this model."""
         torch.manual_seed(self.seed)
-        tm = load_threat_model(checkpoint, update, batch_size=self.batch_size, allow_custom_arch=self.allow_custom_arch,
+        tm = load_threat_model(checkpoint, update, batch_size=self.batch_size, batch_size_mode=self.batch_size_mode,
+                               allow_custom_arch=self.allow_custom_arch,
                                allow_nonfinite=allow_nonfinite, check_base=self.check_base)
         tm.model.to(self.device)
         if aux is not None:

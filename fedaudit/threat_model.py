@@ -45,16 +45,24 @@ class ThreatModel:
     def from_tensors(cls, checkpoint: Checkpoint, tensors: dict[str, torch.Tensor], meta: UpdateMeta, *,
                      update_path: str | Path = "<memory>", update_sha256: str = "",
                      raw_metadata: dict[str, str] | None = None, batch_size: int | None = None,
-                     allow_nonfinite: bool = False) -> ThreatModel:
+                     batch_size_mode: str = "check", allow_nonfinite: bool = False) -> ThreatModel:
         """The server's view of ``tensors`` (an upload described by ``meta``) against ``checkpoint``; every
         inconsistency is an InputError. ``batch_size`` overrides the recorded batch size (``--batch-size``), here
-        and nowhere else, so label methods, conversion and attacks all see the same number."""
+        and nowhere else, so label methods, conversion and attacks all see the same number. Against a different
+        recorded batch size, ``batch_size_mode`` "check" refuses, "override" replaces it, "fill" keeps the recorded one."""
         src = f"update {str(update_path)!r}"
         if batch_size is not None:
             if batch_size < 1:
                 raise InputError(f"--batch-size must be >= 1, got {batch_size}")
             if batch_size > MAX_BATCH:
                 raise InputError(f"--batch-size must be at most {MAX_BATCH:,}, got {batch_size}")
+        if batch_size is not None and meta.batch_size and batch_size != meta.batch_size:
+            if batch_size_mode == "fill":
+                batch_size = None
+            elif batch_size_mode != "override":
+                raise InputError(f"--batch-size {batch_size} contradicts the batch size {meta.batch_size} that {src} "
+                                 f"records; pass --force to use {batch_size}")
+        if batch_size is not None:
             meta = dataclasses.replace(meta, batch_size=batch_size)
         params = dict(checkpoint.model.named_parameters())
         buffers = dict(checkpoint.model.named_buffers())
@@ -185,7 +193,7 @@ class ThreatModel:
 
 
 def load_threat_model(checkpoint_path: str | Path, update_path: str | Path, *, batch_size: int | None = None,
-                      allow_custom_arch: bool = False, allow_nonfinite: bool = False,
+                      batch_size_mode: str = "check", allow_custom_arch: bool = False, allow_nonfinite: bool = False,
                       check_base: bool = True) -> ThreatModel:
     """Load and cross-check a checkpoint and a recorded update; every inconsistency is an InputError."""
     ckpt = load_checkpoint(checkpoint_path, allow_custom_arch=allow_custom_arch)
@@ -196,4 +204,4 @@ def load_threat_model(checkpoint_path: str | Path, update_path: str | Path, *, b
                          "(pass --ignore-base-mismatch to audit anyway)")
     return ThreatModel.from_tensors(ckpt, upd.tensors, upd.meta, update_path=upd.path, update_sha256=upd.sha256,
                                     raw_metadata=upd.raw_metadata, batch_size=batch_size,
-                                    allow_nonfinite=allow_nonfinite)
+                                    batch_size_mode=batch_size_mode, allow_nonfinite=allow_nonfinite)

@@ -30,7 +30,7 @@ def image_folder(tmp_path, cifar):
 
 def test_capture_gradient_from_folder(cli, tmp_path, lenet_ckpt, image_folder, cifar):
     out, truth = tmp_path / "u.safetensors", tmp_path / "t.safetensors"
-    res = cli("capture", lenet_ckpt, image_folder, "--labels", "names", "-b", "4", "-o", out, "--truth", truth)
+    res = cli("capture", lenet_ckpt, image_folder, "--image-labels", "names", "-b", "4", "-o", out, "--truth-out", truth)
     summary = cli.json(res)
     assert summary["kind"] == "gradient" and summary["batch_size"] == 4
     t = load_truth(truth)
@@ -54,7 +54,7 @@ def test_capture_fedavg_delta_from_tensor_file(cli, tmp_path, lenet_ckpt, cifar)
     src = tmp_path / "batch.safetensors"
     write_safetensors(src, {"images": (x[:8] * 255).round().to(torch.uint8), "labels": y[:8]}, {})
     out = tmp_path / "u.safetensors"
-    res = cli("capture", lenet_ckpt, src, "-b", "4", "-k", "3", "--lr", "0.1", "-o", out, "--truth", tmp_path / "t.safetensors")
+    res = cli("capture", lenet_ckpt, src, "-b", "4", "-k", "3", "--lr", "0.1", "-o", out, "--truth-out", tmp_path / "t.safetensors")
     assert cli.json(res)["kind"] == "delta"
     tm = load_threat_model(lenet_ckpt, out)
     assert (tm.meta.kind, tm.meta.local_steps, tm.meta.local_lr, tm.meta.batch_size) == ("delta", 3, 0.1, 4)
@@ -67,20 +67,20 @@ def test_capture_withhold_and_resize(cli, tmp_path, lenet_ckpt, cifar):
     arr = (cifar[0][0].permute(1, 2, 0).numpy() * 255).astype(np.uint8)
     Image.fromarray(arr).resize((48, 40)).save(big / "cat_3.png")
     out = tmp_path / "u.safetensors"
-    res = cli("capture", lenet_ckpt, big, "--labels", "names", "-b", "1", "-o", out, expect=2)
+    res = cli("capture", lenet_ckpt, big, "--image-labels", "names", "-b", "1", "-o", out, expect=2)
     assert_one_error_line(res.stderr, "48x40", "--resize")
-    cli("capture", lenet_ckpt, big, "--labels", "names", "-b", "1", "-o", out, "--resize", "--withhold", "fc.*")
+    cli("capture", lenet_ckpt, big, "--image-labels", "names", "-b", "1", "-o", out, "--resize", "--withhold", "fc.*")
     tm = load_threat_model(lenet_ckpt, out)
     assert tm.absent == ["fc.weight", "fc.bias"]
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--labels", "1,2,3", "-b", "4"], "3 labels for 4 images"),
-    (["--labels", "1,2,3,99", "-b", "4"], "labels must be in [0, 9]"),
-    (["--labels", "a,b", "-b", "4"], "comma-separated integers"),
-    (["--labels", "names", "-b", "3"], "do not split into batches of 3"),
-    (["--labels", "names", "-b", "2"], "exactly one batch"),
-    (["--labels", "names", "-b", "4", "--kind", "delta"], "needs --lr"),
+    (["--image-labels", "1,2,3", "-b", "4"], "3 labels for 4 images"),
+    (["--image-labels", "1,2,3,99", "-b", "4"], "labels must be in [0, 9]"),
+    (["--image-labels", "a,b", "-b", "4"], "comma-separated integers"),
+    (["--image-labels", "names", "-b", "3"], "do not split into batches of 3"),
+    (["--image-labels", "names", "-b", "2"], "exactly one batch"),
+    (["--image-labels", "names", "-b", "4", "--kind", "delta"], "needs --lr"),
     (["-b", "4"], "no labels"),
 ])
 def test_capture_bad_options(cli, tmp_path, lenet_ckpt, image_folder, args, message):
@@ -92,8 +92,8 @@ def test_capture_bad_options(cli, tmp_path, lenet_ckpt, image_folder, args, mess
 def test_capture_refuses_to_overwrite(cli, tmp_path, lenet_ckpt, image_folder):
     out = tmp_path / "u.safetensors"
     out.write_text("precious")
-    res = cli("capture", lenet_ckpt, image_folder, "--labels", "names", "-b", "4", "-o", out, expect=2)
+    res = cli("capture", lenet_ckpt, image_folder, "--image-labels", "names", "-b", "4", "-o", out, expect=2)
     assert_one_error_line(res.stderr, "--force")
     assert out.read_text() == "precious"
-    cli("capture", lenet_ckpt, image_folder, "--labels", "names", "-b", "4", "-o", out, "--force")
+    cli("capture", lenet_ckpt, image_folder, "--image-labels", "names", "-b", "4", "-o", out, "--force")
     assert load_threat_model(lenet_ckpt, out).present

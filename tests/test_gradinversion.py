@@ -38,18 +38,18 @@ def test_warmup_cosine_schedule():
 
 def test_seeds_outputs_and_resume(tmp_path):
     loop = {"iterations": 12}
-    job, attack, labels = attack_job("lenet_b4", "gradinversion", {"seeds": 3, "group-start": 0.25, "group-every": 0.25},
+    job, attack, labels = attack_job("lenet_b4", "gradinversion", {"num-seeds": 3, "group-start": 0.25, "group-every": 0.25},
                                      loop, Session(seed=1), checkpoint_every=8, checkpoint_path=tmp_path / "c.safetensors")
     full = job.optimize(attack, labels)
     assert full.images.shape == (4, 3, 32, 32) and len(full.extras["report"]["seed_distances"]) == 3
     assert full.extras["report"]["bn_prior"]["bn_stats"] == "off"  # LeNet has no BatchNorm: the report says why
-    job, attack, labels = attack_job("lenet_b4", "gradinversion", {"seeds": 3, "group-start": 0.25, "group-every": 0.25},
+    job, attack, labels = attack_job("lenet_b4", "gradinversion", {"num-seeds": 3, "group-start": 0.25, "group-every": 0.25},
                                      loop, Session(seed=1), resume=tmp_path / "c.safetensors")
     resumed = job.optimize(attack, labels)
     assert resumed.resumed_from == {"restart": 0, "iteration": 8}
     assert torch.allclose(resumed.images, full.images, atol=1e-6)
-    job, attack, labels = attack_job("lenet_b4", "gradinversion", {"seeds": 2, "output": "consensus"}, {"iterations": 4})
-    assert job.optimize(attack, labels).extras["report"]["output"] == "consensus"
+    job, attack, labels = attack_job("lenet_b4", "gradinversion", {"num-seeds": 2, "pick": "consensus"}, {"iterations": 4})
+    assert job.optimize(attack, labels).extras["report"]["pick"] == "consensus"
 
 
 def _sigmoid_bn_update():
@@ -70,7 +70,7 @@ def test_gradinversion_beats_ig_on_a_small_bn_model():
     tm, x, labels = _sigmoid_bn_update()
     floor = blank_baseline(x)["floor"]["psnr"]
     results = {}
-    for attack, options in (("ig", {}), ("gradinversion", {"seeds": 2})):
+    for attack, options in (("ig", {}), ("gradinversion", {"num-seeds": 2})):
         scores = []
         for seed in (0, 1):
             job = ReconstructJob(Session(seed=seed), tm, attack, options, {"iterations": 200}, given_labels=labels)

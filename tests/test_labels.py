@@ -15,6 +15,7 @@ from fedaudit.io.truth import Truth, load_truth, save_truth
 from fedaudit.io.update import save_update
 from fedaudit.jobs import Aux, LabelJob, Session
 from fedaudit.labels import LABEL_METHODS
+from fedaudit.labels.auto import MARGIN
 from fedaudit.labels.base import integer_counts
 from fedaudit.labels.gdbr import trace_chain
 from fedaudit.labels.hfgi import evolve, mutate, rescale
@@ -184,13 +185,23 @@ def test_gdbr_on_the_withheld_sample():
 
 # --- auto and applicability -----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name,chosen", [("lenet_b1", "idlg"), ("lenet_b4", "bias-count"), ("resnet10_b4", "bias-count"),
-                                         ("mlp_mnist_withheld", "gdbr")])
+EXACT_AT_INIT = ("bias-count", "zlg", "ilrg")  # auto keeps the one whose raw counts lie closest to its integers
+
+
+@pytest.mark.parametrize("name,chosen", [("lenet_b1", ("idlg",)), ("lenet_b4", EXACT_AT_INIT),
+                                         ("resnet10_b4", EXACT_AT_INIT), ("mlp_mnist_withheld", ("gdbr",))])
 def test_auto_chooses_and_says_so(name, chosen):
-    tm = load_threat_model(*sample(name)[:2])
+    ckpt, upd, truth = sample(name)
+    tm = load_threat_model(ckpt, upd)
     r = _plain("auto", tm)
-    assert r.diagnostics["chosen"] == chosen and int(r.counts_int.sum()) == tm.batch_size
+    assert r.diagnostics["chosen"] in chosen and int(r.counts_int.sum()) == tm.batch_size
     assert r.diagnostics["softmax_spread"] < 0.3
+    assert r.labels == sorted(load_truth(truth).labels.tolist())
+    if len(chosen) > 1:
+        scores = {c["method"]: c["distance_to_integers"] for c in r.diagnostics["candidates"]}
+        closest = min(scores, key=scores.__getitem__)  # kept over bias-count only when clearly closer (MARGIN)
+        expected = closest if scores[closest] <= MARGIN * scores["bias-count"] else "bias-count"
+        assert set(scores) == {"bias-count", "zlg", "ilrg"} and r.diagnostics["chosen"] == expected
 
 
 def test_auto_routes_a_trained_model_to_llg(tmp_path):

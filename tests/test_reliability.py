@@ -191,7 +191,7 @@ def test_a_huge_image_file_is_refused_before_decoding(cli, tmp_path):
     folder.mkdir()
     (folder / "bomb_3.png").write_bytes(bytes(data))
     ckpt, _, _ = sample("lenet_b1")
-    res = cli("capture", ckpt, folder, "-o", tmp_path / "u.safetensors", "-b", "1", "--labels", "names", expect=2)
+    res = cli("capture", ckpt, folder, "-o", tmp_path / "u.safetensors", "-b", "1", "--image-labels", "names", expect=2)
     assert_one_error_line(res.stderr, "10000 x 8000", "megapixels")
     assert not (tmp_path / "u.safetensors").exists()
 
@@ -288,3 +288,56 @@ def test_a_required_metadata_value_of_null_is_bad_input(cli, tmp_path):
     write_safetensors(bad, tensors, {**meta, "fedaudit.input_shape": "null"})
     res = cli("inspect", bad, upd, expect=2)
     assert_one_error_line(res.stderr, "fedaudit.input_shape", "is null")
+
+
+@pytest.mark.parametrize("labels", [5, None, [True, True, True, True]])
+def test_a_labels_file_that_is_not_a_list_of_integers_is_bad_input(cli, tmp_path, labels):
+    """Found by the fuzzer: {"labels": 5}, null and booleans ended as internal errors (exit 3)."""
+    ckpt, upd, _ = sample("lenet_b4")
+    f = tmp_path / "labels.json"
+    f.write_text(json.dumps({"labels": labels}))
+    res = cli("reconstruct", "ig", ckpt, upd, "--labels-file", f, "-n", "2", "-o", tmp_path / "r", "-q", expect=2)
+    assert_one_error_line(res.stderr, "labels must be integers")
+
+
+def test_a_truth_file_with_an_empty_step_tensor_is_bad_input(cli, tmp_path):
+    """Found by the fuzzer: a zero-size 'step' tensor in the truth ended as an internal error."""
+    ckpt, upd, truth = sample("lenet_b4")
+    tensors, meta = read_safetensors(truth, "truth")
+    bad = tmp_path / "t.safetensors"
+    write_safetensors(bad, {**tensors, "step": tensors["step"][:0]}, meta)
+    res = cli("labels", "llg", ckpt, upd, "--truth", bad, expect=2)
+    assert_one_error_line(res.stderr, "'step' must be a vector of 4")
+
+
+def test_npz_arrays_are_checked_before_numpy_allocates_them(cli, tmp_path):
+    """Found by the fuzzer: an .npy header claiming 10^12 elements ended as 'out of memory' (exit 3); integer or
+    NaN arrays for float parameters were imported."""
+    import numpy as np
+
+    from benchmarks.fuzz_inputs import _huge_npy_header, _savez
+    from fedaudit.io.checkpoint import load_checkpoint
+
+    ckpt, upd, _ = sample("lenet_b4")
+    tensors, _ = read_safetensors(upd, "update")
+    arrays = {f"arr_{i}": tensors[n].numpy() for i, (n, _) in enumerate(load_checkpoint(ckpt).model.named_parameters())}
+    cases = {"huge.npz": (_huge_npy_header(_savez(arrays)), "claims shape [1000000, 1000000]"),
+             "int.npz": (_savez({**arrays, "arr_1": arrays["arr_1"].astype(np.int32)}), "is int32, but that tensor is floating"),
+             "nan.npz": (_savez({**arrays, "arr_1": arrays["arr_1"] * np.nan}), "holds NaN or Inf")}
+    for name, (data, message) in cases.items():
+        (tmp_path / name).write_bytes(data)
+        res = cli("import", "flower-npz", tmp_path / name, "-c", ckpt, "-o", tmp_path / "u.safetensors", "--kind",
+                  "gradient", "--order", "parameters", "-b", "4", expect=2)
+        assert_one_error_line(res.stderr, message)
+    (tmp_path / "ok.npz").write_bytes(_savez(arrays))
+    cli("import", "flower-npz", tmp_path / "ok.npz", "-c", ckpt, "-o", tmp_path / "u.safetensors", "--kind", "gradient",
+        "--order", "parameters", "-b", "4")
+
+
+def test_a_batch_size_that_contradicts_the_recorded_one_needs_force(cli, tmp_path):
+    """Issue #20 item 2: -b 8 over a recorded B = 4 silently won."""
+    ckpt, upd, _ = sample("lenet_b4")
+    res = cli("labels", "llg", ckpt, upd, "-b", "8", "-q", expect=2)
+    assert_one_error_line(res.stderr, "--batch-size 8 contradicts the batch size 4", "--force")
+    assert json.loads(cli("labels", "llg", ckpt, upd, "-b", "8", "-q", "--force").stdout)["num_samples"] == 8
+    assert json.loads(cli("labels", "llg", ckpt, upd, "-b", "4", "-q").stdout)["num_samples"] == 4

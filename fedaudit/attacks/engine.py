@@ -12,12 +12,14 @@ One place for every optimisation attack (docs/architecture.md):
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch.func import functional_call
 
+from fedaudit.attacks.objectives import reference_norm
 from fedaudit.conversion import gradient_scale
 from fedaudit.models.normalize import normalize
 from fedaudit.threat_model import ThreatModel
@@ -27,6 +29,11 @@ from fedaudit.threat_model import ThreatModel
 class Target:
     names: list[str]  # present parameters, in the model's order
     tensors: list[torch.Tensor]  # the update's averaged gradient g_hat for each of them
+
+    @functools.cached_property
+    def norm(self) -> torch.Tensor:
+        """||g_hat|| over every tensor, computed once in float64 (the cosine distances divide by it each iteration)."""
+        return reference_norm(self.tensors)
 
 
 class GradientEngine:

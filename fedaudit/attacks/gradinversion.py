@@ -12,14 +12,14 @@ then cosine) steps every seed; Langevin noise lr * a_n * N(0, I) is added after 
 kept in the valid box.
 
 Choices where the paper is silent or fedaudit departs from it, each an option:
-* ``--seeds`` 4 (the paper: 8; a CPU costs G times IG per iteration). The seeds live in one G x B tensor and are
+* ``--num-seeds`` 4 (the paper: 8; a CPU costs G times IG per iteration). The seeds live in one G x B tensor and are
   stepped together, but each seed gets its own forward: with train-mode BatchNorm one G x B forward would
   normalise every seed with the others' statistics and change each seed's gradient (a functorch vmap over the
   seeds was exact but 4x slower on the CPU).
 * ``--registration shift`` (default): the paper's RANSAC-flow needs pretrained flow networks that are not available
   offline; fedaudit registers each seed onto the mean by the integer circular shift that maximises their
   cross-correlation (FFT), an approximate registration. ``none`` is the paper's "lazy" mean.
-* ``--output best`` returns the seed with the lowest gradient distance (never chosen by the truth);
+* ``--pick best`` returns the seed with the lowest gradient distance (never chosen by the truth);
   ``consensus`` returns E. The paper does not say which it reports.
 * ``--grad-distance l2`` is the paper's unsquared per-layer norm; ``squared`` is breaching's and FGLA's.
 * TV is DeepInversion's (the sum of the Frobenius norms of the horizontal, vertical and two diagonal pixel
@@ -75,7 +75,7 @@ class GradInversion(OptimizationAttack):
     paper = "Yin et al. 2021, See through Gradients: GradInversion (CVPR)"
     defaults = {"iterations": 4000, "lr": 0.1, "schedule": "warmup-cosine", "restarts": 1}
     options = (
-        MethodOption("seeds", int, 4, "G: seeds optimised together and pulled toward their consensus (the paper: 8)"),
+        MethodOption("num-seeds", int, 4, "G: seeds optimised together and pulled toward their consensus (the paper: 8)"),
         MethodOption("grad-weight", float, 0.1, "a_G: weight of the gradient distance (the paper: 1e-3, at 224 px)"),
         MethodOption("grad-distance", str, "l2", "per-layer L2 norm (the paper) or squared norm (breaching, FGLA)", ("l2", "squared")),
         MethodOption("tv", float, 1e-3, "a_tv: total variation, DeepInversion's L2 form in the normalised space (the paper: 1e-4, at 224 px)"),
@@ -86,14 +86,14 @@ class GradInversion(OptimizationAttack):
         MethodOption("group-every", float, 0.005, "fraction of the run between consensus refreshes (the paper: 100 of 20,000)"),
         MethodOption("registration", str, "shift", "how seeds are aligned before averaging: integer cross-correlation shift, "
                      "or none (the lazy mean)", ("shift", "none")),
-        MethodOption("noise", float, 0.2, "a_n: Langevin noise lr * a_n * N(0, 1) added after each step (0 = off)"),
-        MethodOption("output", str, "best", "the seed with the lowest gradient distance, or the consensus", ("best", "consensus")),
+        MethodOption("langevin", float, 0.2, "a_n: Langevin noise lr * a_n * N(0, 1) added after each step (0 = off)"),
+        MethodOption("pick", str, "best", "the seed with the lowest gradient distance, or the consensus", ("best", "consensus")),
     )
 
     def __init__(self, tm, engine, labels, options, num_images):
         super().__init__(tm, engine, labels, options, num_images)
-        if self.opts["seeds"] < 1:
-            raise InputError("gradinversion: --seeds must be >= 1")
+        if self.opts["num-seeds"] < 1:
+            raise InputError("gradinversion: --num-seeds must be >= 1")
         c = tm.spec.input_shape[0]
         lo, hi = normalize(torch.zeros(1, c, 1, 1), tm.spec), normalize(torch.ones(1, c, 1, 1), tm.spec)
         self.box = (lo.to(engine.device), hi.to(engine.device))
@@ -102,7 +102,7 @@ class GradInversion(OptimizationAttack):
     # --- state --------------------------------------------------------------------------------------------------
     def init_state(self, gen):
         dev = self.engine.device
-        x = torch.randn((self.opts["seeds"], *self.shape), generator=gen)
+        x = torch.randn((self.opts["num-seeds"], *self.shape), generator=gen)
         noise_seed = torch.randint(2**31 - 1, (), generator=gen)
         return {"x": x.to(dev).requires_grad_(True), "e": torch.zeros(self.shape, device=dev),
                 "noise_seed": noise_seed.to(dev)}
@@ -119,7 +119,7 @@ class GradInversion(OptimizationAttack):
         return total([d.norm() for d in diffs])
 
     def _group_on(self, it: int) -> bool:
-        return self.opts["group"] > 0 and self.opts["seeds"] > 1 and it >= self.opts["group-start"] * self.iterations
+        return self.opts["group"] > 0 and self.opts["num-seeds"] > 1 and it >= self.opts["group-start"] * self.iterations
 
     def _consensus(self, xn: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
@@ -152,10 +152,10 @@ class GradInversion(OptimizationAttack):
     def project(self, state):
         with torch.no_grad():
             xs = state["x"]
-            if self.opts["noise"] > 0 and hasattr(self, "_opt"):
+            if self.opts["langevin"] > 0 and hasattr(self, "_opt"):
                 lr = self._opt.param_groups[0]["lr"]
                 gen = torch.Generator().manual_seed(int(state["noise_seed"]) * 1_000_003 + self._it)
-                xs.add_(torch.randn(xs.shape, generator=gen).to(xs.device), alpha=lr * self.opts["noise"])
+                xs.add_(torch.randn(xs.shape, generator=gen).to(xs.device), alpha=lr * self.opts["langevin"])
             xs.copy_(torch.maximum(torch.minimum(xs, self.box[1]), self.box[0]))
 
     # --- results ------------------------------------------------------------------------------------------------
@@ -169,7 +169,7 @@ class GradInversion(OptimizationAttack):
     def _chosen(self, state) -> tuple[torch.Tensor, float, list[float]]:
         xs = state["x"].detach()
         dists = self._distances(xs)
-        if self.opts["output"] == "consensus":
+        if self.opts["pick"] == "consensus":
             e = self._consensus(xs)
             return e, self._distances(e.unsqueeze(0))[0], dists
         best = min(range(len(dists)), key=dists.__getitem__)
@@ -183,7 +183,7 @@ class GradInversion(OptimizationAttack):
 
     def extras(self, state):
         _, d, dists = self._chosen(state)
-        return {"report": {"seeds": self.opts["seeds"], "seed_distances": dists, "output": self.opts["output"],
+        return {"report": {"seeds": self.opts["num-seeds"], "seed_distances": dists, "pick": self.opts["pick"],
                            "registration": "integer circular shift by cross-correlation (approximate; the paper uses "
                            "RANSAC-flow)" if self.opts["registration"] == "shift" else "none (lazy mean)",
                            "bn_prior": self.bn_usage}}

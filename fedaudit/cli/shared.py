@@ -49,7 +49,8 @@ PARAMS: dict[str, P] = {p.name: p for p in [
     _kw("dummy", False, Annotated[bool, typer.Option("--dummy", help="Use N(0,1) dummy inputs instead of aux images.")]),
     _kw("num_dummy", 1000, Annotated[int, typer.Option("--num-dummy", help="How many dummies.")]),
     _kw("resize", False, Annotated[bool, typer.Option("--resize", help="Resize aux images to the model's input.")]),
-    _kw("batch_size", None, Annotated[Optional[int], typer.Option("--batch-size", "-b", help="Batch size when the update does not record it.")]),
+    _kw("batch_size", None, Annotated[Optional[int], typer.Option("--batch-size", "-b", help=(
+        "Batch size when the update does not record it (--force overrides a recorded one)."))]),
     _kw("truth", None, Annotated[Optional[Path], typer.Option("--truth", "-t", help="Ground truth: adds InsAcc, ClsAcc, LnAcc, LeAcc.")]),
     _kw("seed", 0, SeedOpt),
     _kw("device", "cpu", DeviceOpt),
@@ -73,6 +74,7 @@ def session_from(kw: dict[str, Any]) -> Session:
     """The run's Session from whichever shared flags the command has."""
     lpips_weights = kw.get("lpips_weights")
     return Session.create(device=kw.get("device", "cpu"), seed=kw.get("seed", 0), batch_size=kw.get("batch_size"),
+                          batch_size_mode="override" if kw.get("force") else "check",
                           quiet=kw.get("quiet", False), force=kw.get("force", False),
                           allow_custom_arch=kw.get("allow_custom_arch", False),
                           check_base=not kw.get("ignore_base_mismatch", False),

@@ -46,10 +46,10 @@ class Refiner(Defense):
     needs_batch = True
     options = (
         MethodOption("critic", str, "", "noise-ratio network D from 'fedaudit train-refiner-critic' (required)"),
-        MethodOption("eps", float, 0.1, "projection radius (absolute L2 on the flattened gradient)"),
+        MethodOption("eps", float, 0.1, "epsilon: projection radius (absolute L2 on the flattened gradient; not a DP epsilon)"),
         MethodOption("alpha", float, 0.5, "noise fraction of the initial x*"),
         MethodOption("beta", float, 1.0, "weight of the privacy metric"),
-        MethodOption("iters", int, 10, "iota: refinement steps"),
+        MethodOption("steps", int, 10, "iota: refinement steps"),
         MethodOption("tau", float, 0.95, "layer decay of the utility weights"),
         MethodOption("lr", float, 1.0, "gradient-descent step on x*"),
         MethodOption("um", str, "squared", "utility metric form: squared (Eq. 4 as printed) or linear (weighted MSE)", ("squared", "linear")),
@@ -76,7 +76,7 @@ class Refiner(Defense):
         gen = torch.Generator().manual_seed(session.seed)
         xs = ((1 - o["alpha"]) * x + o["alpha"] * torch.rand(x.shape, generator=gen).to(x.device)).clamp(0, 1)
         history = []
-        for _ in range(o["iters"]):
+        for _ in range(o["steps"]):
             xs = xs.detach().requires_grad_(True)
             gs = engine.gradient(xs, y)
             if o["um"] == "squared":

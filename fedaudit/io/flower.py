@@ -25,6 +25,7 @@ def read_npz_list(path: str | Path) -> list[np.ndarray]:
     """The arrays of an .npz in positional order (``arr_0, arr_1, ...``, or keys ending in an index)."""
     p = check_readable(path, "arrays")
     try:
+        _check_claimed_sizes(p)
         with np.load(p, allow_pickle=False) as npz:  # never unpickle a capture
             keys = list(npz.keys())
             index = {k: int(m.group(1)) for k in keys if (m := re.search(r"(\d+)$", k))}
@@ -33,6 +34,23 @@ def read_npz_list(path: str | Path) -> list[np.ndarray]:
             return [npz[k] for k in sorted(keys, key=lambda k: index[k])]
     except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
         raise InputError(f"arrays {str(p)!r} is not a readable .npz of numeric arrays (pickled objects are refused): {exc}") from None
+
+
+def _check_claimed_sizes(p: Path) -> None:
+    """Refuse an array whose .npy header claims more data than the archive member holds, before numpy allocates
+    it (a rewritten header could otherwise ask for terabytes)."""
+    with zipfile.ZipFile(p) as zf:
+        for info in zf.infolist():
+            if not info.filename.endswith(".npy"):
+                continue
+            with zf.open(info) as fh:
+                version = np.lib.format.read_magic(fh)
+                read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+                shape, _, dtype = read_header(fh)
+            need = int(np.prod(shape, dtype=object)) * dtype.itemsize
+            if need > info.file_size:
+                raise InputError(f"arrays {str(p)!r}: {info.filename} claims shape {list(shape)} ({need:,} bytes) but "
+                                 f"holds {info.file_size:,} bytes")
 
 
 def positional_names(model: nn.Module, order: str) -> list[str]:
@@ -55,5 +73,12 @@ def name_arrays(arrays: list[np.ndarray], model: nn.Module, order: str) -> dict[
                              f"is {list(ref[name].shape)}")
         if arr.dtype.kind not in "fiub":
             raise InputError(f"array {i} ({name!r}) has non-numeric dtype {arr.dtype}")
-        out[name] = torch.from_numpy(np.ascontiguousarray(arr))
+        t = torch.from_numpy(np.ascontiguousarray(arr))
+        if ref[name].is_floating_point():  # parameters and float buffers: floats, finite, in the model's precision
+            if arr.dtype.kind != "f":
+                raise InputError(f"array {i} ({name!r}) is {arr.dtype}, but that tensor is floating point")
+            if not torch.isfinite(t).all():
+                raise InputError(f"array {i} ({name!r}) holds NaN or Inf")
+            t = t.to(ref[name].dtype)
+        out[name] = t
     return out

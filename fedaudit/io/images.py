@@ -103,24 +103,24 @@ def load_image_files(files: list[Path], input_shape, resize: bool = False) -> Im
 
 
 def parse_labels(text: str | None, batch: ImageBatch, num_classes: int) -> torch.Tensor:
-    """Labels from ``--labels``: a comma list ("3,8,8,0"), ``names`` (the trailing integer of each file
+    """Labels from ``--image-labels``: a comma list ("3,8,8,0"), ``names`` (the trailing integer of each file
     name, e.g. ``cifar10_00_3.png`` -> 3), or nothing when the images file carries a labels tensor."""
     n = batch.images.shape[0]
     if text is None:
         if batch.labels is None:
-            raise InputError("no labels: pass --labels 3,8,... or --labels names, or give a safetensors file with 'labels'")
+            raise InputError("no labels: pass --image-labels 3,8,... or --image-labels names, or give a safetensors file with 'labels'")
         labels = batch.labels
     elif text == "names":
         found = [re.search(r"(\d+)$", Path(name).stem) for name in batch.names]
         missing = [nm for nm, m in zip(batch.names, found) if m is None]
         if missing:
-            raise InputError(f"--labels names: file name {missing[0]!r} does not end in a class number")
+            raise InputError(f"--image-labels names: file name {missing[0]!r} does not end in a class number")
         labels = torch.tensor([int(m.group(1)) for m in found if m is not None])
     else:
         try:
             labels = torch.tensor([int(v) for v in text.replace(" ", "").split(",") if v != ""])
         except ValueError:
-            raise InputError(f"--labels must be comma-separated integers or 'names', got {text!r}") from None
+            raise InputError(f"--image-labels must be comma-separated integers or 'names', got {text!r}") from None
     if labels.numel() != n:
         raise InputError(f"{labels.numel()} labels for {n} images")
     if labels.min() < 0 or labels.max() >= num_classes:

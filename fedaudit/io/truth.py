@@ -40,13 +40,17 @@ def load_truth(path: str | Path) -> Truth:
         if key not in tensors:
             raise InputError(f"{src} has no {key!r} tensor")
     x, y = tensors["images"].float(), tensors["labels"]
-    if x.ndim != 4:
-        raise InputError(f"{src}: 'images' must be [N,C,H,W], got {list(x.shape)}")
+    if x.ndim != 4 or x.numel() == 0:
+        raise InputError(f"{src}: 'images' must be a non-empty [N,C,H,W], got {list(x.shape)}")
     if not torch.isfinite(x).all() or x.min() < 0 or x.max() > 1:
         raise InputError(f"{src}: 'images' must be finite and in [0,1]")
-    if y.is_floating_point() or y.ndim != 1 or y.numel() != x.shape[0]:
-        raise InputError(f"{src}: 'labels' must be an integer vector of length {x.shape[0]}")
+    if y.is_floating_point() or y.dtype == torch.bool or y.ndim != 1 or y.numel() != x.shape[0] or (y < 0).any():
+        raise InputError(f"{src}: 'labels' must be a vector of {x.shape[0]} non-negative integers")
     meta = Meta(raw, src)
     names = meta.json("names", default=None, kind=list) or [f"{i:03d}" for i in range(x.shape[0])]
     step = tensors.get("step", torch.zeros(x.shape[0], dtype=torch.long))
+    if step.is_floating_point() or step.ndim != 1 or step.numel() != x.shape[0] or (step < 0).any():
+        raise InputError(f"{src}: 'step' must be a vector of {x.shape[0]} non-negative integers (each image's local step)")
+    if len(names) != x.shape[0]:
+        raise InputError(f"{src}: metadata 'names' lists {len(names)} names for {x.shape[0]} images")
     return Truth(x, y.long(), step.long(), [str(n) for n in names], meta.str("update_sha256"))

@@ -52,7 +52,7 @@ def read_labels_file(path: Path, expected: int, num_classes: int) -> list[int]:
         if "labels" not in tensors:
             raise InputError(f"labels file {str(p)!r} has no 'labels' tensor")
         labels = tensors["labels"].tolist()
-    if not all(isinstance(v, int) and 0 <= v < num_classes for v in labels):
+    if not isinstance(labels, list) or not all(type(v) is int and 0 <= v < num_classes for v in labels):
         raise InputError(f"labels file {str(p)!r}: labels must be integers in [0, {num_classes - 1}]")
     if len(labels) != expected:
         raise InputError(f"labels file {str(p)!r} has {len(labels)} labels; the update mixes {expected} samples")

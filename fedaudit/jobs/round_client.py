@@ -44,7 +44,8 @@ def audit_client(task: dict[str, Any]) -> dict[str, Any]:
     row: dict[str, Any] = {"client": task["client"], "update": task["update"]}
     t0 = time.perf_counter()
     try:
-        session = Session.create(device=plan["device"], seed=plan["seed"], batch_size=plan["batch_size"], quiet=True,
+        session = Session.create(device=plan["device"], seed=plan["seed"], batch_size=plan["batch_size"],
+                                 batch_size_mode="fill", quiet=True,
                                  force=True, allow_custom_arch=plan["allow_custom_arch"],
                                  lpips_net=plan["lpips_net"], lpips_weights=plan["lpips_weights"])
         aux = AuxSource(Path(plan["aux"]) if plan["aux"] else None, None, plan["dummy"], 1000, False)

@@ -25,11 +25,12 @@ def register(app) -> None:
                                                     "'labels').", show_default=False)],
         output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the recorded update (.safetensors).", show_default=False)],
         batch_size: Annotated[int, typer.Option("--batch-size", "-b", help="Images per local step.", show_default=False)],
-        labels: Annotated[Optional[str], typer.Option("--labels", help="'3,8,8,0', or 'names' (trailing number of each file name); omit if the "
-                                                                       "safetensors has 'labels'.")] = None,
-        truth: Annotated[Optional[Path], typer.Option("--truth-out", "--truth", help=(
-            "(--truth is the older name) Also write the ground truth (images in [0,1], labels) here; only metrics "
-            "read it."))] = None,
+        labels: Annotated[Optional[str], typer.Option("--image-labels", help=(
+            "The images' classes: '3,8,8,0', or 'names' (trailing number of each file name); omit if the "
+            "safetensors has 'labels'. (Elsewhere --labels names a label-recovery method.)"))] = None,
+        truth: Annotated[Optional[Path], typer.Option("--truth-out", help=(
+            "Also write the ground truth (images in [0,1], labels) here; only metrics read it (it is the --truth "
+            "input of labels, reconstruct, audit and score)."))] = None,
         local_steps: Annotated[int, typer.Option("--local-steps", "-k", help="Local SGD steps (FedAvg); batches cycle through the images.")] = 1,
         lr: Annotated[Optional[float], typer.Option("--lr", help="Local learning rate (needed for delta/weights).")] = None,
         kind: Annotated[Optional[Kind], typer.Option("--kind", help="What the client uploads (default: gradient for one step, delta for more).")] = None,

@@ -19,7 +19,7 @@ def register(app) -> None:
     @handle_errors
     def lpips_export(
         output: Annotated[Path, typer.Option("--output", "-o", help="File to write (.safetensors).", show_default=False)],
-        net: Annotated[LpipsNet, typer.Option("--net")] = LpipsNet.vgg,
+        net: Annotated[LpipsNet, typer.Option("--net", help="LPIPS backbone to export (vgg is the meaningful one at 32x32).")] = LpipsNet.vgg,
         force: ForceOpt = False,
     ) -> None:
         """Write the LPIPS model with its real backbone to one file (use it with --lpips-weights)."""

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from fedaudit.cli.console import emit_json, err_console
+from fedaudit.cli.console import emit_json, err_console, refuse_existing
 from fedaudit.cli.errors import handle_errors
-from fedaudit.cli.options import OutputOpt, QuietOpt
+from fedaudit.cli.options import ForceOpt, OutputOpt, QuietOpt
 from fedaudit.models import MODELS
 
 
 def register(app) -> None:
     @app.command("models")
     @handle_errors
-    def models(output: OutputOpt = None, quiet: QuietOpt = False) -> None:
+    def models(output: OutputOpt = None, force: ForceOpt = False, quiet: QuietOpt = False) -> None:
         """List registered architectures (any 'torchvision.<name>' and 'module:factory' also work)."""
+        if output is not None and str(output) != "-":
+            refuse_existing(output, force)
         rows = [{"name": n, "description": e.description, "default_input_shape": list(e.default_input_shape),
                  "paper": e.paper} for n, e in MODELS]
         emit_json({"models": rows, "also": ["torchvision.<any classification model>", "module:factory"]}, output)

@@ -20,7 +20,7 @@ def register(app) -> None:
     @handle_errors
     def score(
         recon: Annotated[Path, typer.Argument(help="Reconstructions: .safetensors with 'images', a folder of PNGs, or one image.", show_default=False)],
-        truth: Annotated[Path, typer.Option("--truth", "-t", help="Ground-truth file written by 'fedaudit capture --truth'.", show_default=False)],
+        truth: Annotated[Path, typer.Option("--truth", "-t", help="Ground-truth file written by 'fedaudit capture --truth-out'.", show_default=False)],
         out: Annotated[Path, typer.Option("--out", "-o", help="Report folder to create.", show_default=False)],
         fail_on: FailOnOpt = FailOn.never,
         lpips_net: LpipsNetOpt = LpipsNet.vgg,
