@@ -93,7 +93,7 @@ def test_rgla_recovers_mlp_inputs_analytically(cli, tmp_path):
     idx = torch.tensor([10, 11, 12])
     write_safetensors(tmp_path / "imgs.safetensors", {"images": x[idx].contiguous(), "labels": torch.tensor([2, 2, 7])}, {})
     cli("capture", tmp_path / "ckpt.safetensors", tmp_path / "imgs.safetensors", "-o", tmp_path / "upd.safetensors",
-        "-b", "3", "--truth", tmp_path / "truth.safetensors", "-q")
+        "-b", "3", "--truth-out", tmp_path / "truth.safetensors", "-q")
     res = cli("reconstruct", "rgla", tmp_path / "ckpt.safetensors", tmp_path / "upd.safetensors", "-o", tmp_path / "out",
               "--truth", tmp_path / "truth.safetensors", "--labels-file", _labels(tmp_path, [2, 2, 7]), *FAST)
     summary = json.loads(res.stdout)
@@ -123,7 +123,7 @@ def test_inverter_trained_on_cpu_decodes_better_than_noise(cli, tmp_path):
     info = json.loads(res.stdout)
     assert info["epochs_run"] == 6 and info["validation_psnr"] > 15
     cli("capture", ckpt, tmp_path / "private.safetensors", "-o", tmp_path / "upd.safetensors", "-b", "4",
-        "--bn-mode", "eval", "--truth", tmp_path / "truth.safetensors", "-q")
+        "--bn-mode", "eval", "--truth-out", tmp_path / "truth.safetensors", "-q")
     res = cli("reconstruct", "rgla", ckpt, tmp_path / "upd.safetensors", "-o", tmp_path / "out", "--truth",
               tmp_path / "truth.safetensors", "--inverter", tmp_path / "inv.safetensors", *FAST)
     got = json.loads(res.stdout)["summary"]["psnr"]["mean"]
