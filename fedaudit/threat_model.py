@@ -56,14 +56,12 @@ class ThreatModel:
                 raise InputError(f"--batch-size must be >= 1, got {batch_size}")
             if batch_size > MAX_BATCH:
                 raise InputError(f"--batch-size must be at most {MAX_BATCH:,}, got {batch_size}")
-        if batch_size is not None and meta.batch_size and batch_size != meta.batch_size:
-            if batch_size_mode == "fill":
-                batch_size = None
-            elif batch_size_mode != "override":
+            contradicts = bool(meta.batch_size) and batch_size != meta.batch_size
+            if contradicts and batch_size_mode not in ("override", "fill"):
                 raise InputError(f"--batch-size {batch_size} contradicts the batch size {meta.batch_size} that {src} "
                                  f"records; pass --force to use {batch_size}")
-        if batch_size is not None:
-            meta = dataclasses.replace(meta, batch_size=batch_size)
+            if not (contradicts and batch_size_mode == "fill"):
+                meta = dataclasses.replace(meta, batch_size=batch_size)
         params = dict(checkpoint.model.named_parameters())
         buffers = dict(checkpoint.model.named_buffers())
         for k, v in tensors.items():

@@ -60,6 +60,5 @@ def cosine_distance(a: list[torch.Tensor], b: list[torch.Tensor], b_norm: torch.
 
 def l2_distance(a: list[torch.Tensor], b: list[torch.Tensor], grouped: bool | None = None) -> torch.Tensor:
     """Sum of squared differences over all tensors (DLG)."""
-    if _grouped(a, grouped):
-        return squared_norm(torch._foreach_sub(a, b), True)
-    return total([torch.vdot(d, d) for d in ((x - y).reshape(-1) for x, y in zip(a, b))])
+    grouped = _grouped(a, grouped)
+    return squared_norm(torch._foreach_sub(a, b) if grouped else [x - y for x, y in zip(a, b)], grouped)
