@@ -155,7 +155,7 @@ LAYERS = [
     {"methods"},
     {"labels", "attacks"},
     {"defenses", "verdict"},
-    {"inspection", "jobs", "integrations"},
+    {"inspection", "jobs", "integrations", "catalog"},
     {"cli", "__main__"},
 ]
 

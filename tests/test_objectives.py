@@ -38,3 +38,32 @@ def test_a_cosine_of_identical_gradients_is_zero_and_of_opposite_ones_two():
     b = [t.detach() for t in a]
     assert abs(float(cosine_distance(a, b))) < 1e-12
     assert abs(float(cosine_distance(a, [-t for t in b], grouped=True)) - 2) < 1e-12
+
+
+def test_hfgi_objective_with_dropout_equals_the_gathered_one_vector_form():
+    """HFGI zeroes dropped entries in both gradients instead of gathering the kept ones into one vector."""
+    from fedaudit.attacks import ATTACKS
+    from fedaudit.attacks.engine import GradientEngine
+    from fedaudit.io.truth import load_truth
+    from fedaudit.models.normalize import denormalize, normalize
+    from fedaudit.threat_model import load_threat_model
+
+    from .helpers import sample
+
+    tm = load_threat_model(*sample("lenet_b4")[:2])
+    truth = load_truth(sample("lenet_b4")[2])
+    engine = GradientEngine(tm)
+    cls = ATTACKS.get("hfgi")
+    attack = cls(tm, engine, truth.labels, cls.parse_options({"dropout": 0.3, "tv": 0.0}), 4)
+    attack.iterations = 100
+    xn = normalize(torch.rand(4, *tm.spec.input_shape, generator=torch.Generator().manual_seed(1)), tm.spec)
+    got = attack.objective(xn, 99, torch.Generator().manual_seed(7))
+    names = attack.matched(99)
+    g = engine.gradient(denormalize(xn, tm.spec), attack.labels, names=names)
+    t = [engine.target.tensors[engine.target.names.index(k)] for k in names]
+    gen = torch.Generator().manual_seed(7)
+    masks = [torch.rand(a.shape, generator=gen) > 0.3 for a in g]
+    a, b = flat([x[m] for x, m in zip(g, masks)]), flat([y[m] for y, m in zip(t, masks)])
+    want = 1 - (a * b).sum() / (a.norm() * b.norm())
+    assert 0 < float(want) < 2
+    assert torch.allclose(got, want, rtol=1e-5, atol=1e-7)

@@ -32,6 +32,7 @@ import torch
 from fedaudit.attacks import ATTACKS
 from fedaudit.attacks.base import OptimizationAttack, total_variation
 from fedaudit.attacks.bn_prior import bn_options
+from fedaudit.attacks.objectives import cosine_distance, squared_norm
 from fedaudit.methods import MethodOption
 from fedaudit.models.normalize import denormalize, normalize
 
@@ -102,12 +103,13 @@ class HFGI(OptimizationAttack):
         g = self.engine.gradient(denormalize(xn, self.tm.spec), self.labels, names=names, bn_inputs=captured)
         index = {k: i for i, k in enumerate(self.engine.target.names)}
         t = [self.engine.target.tensors[index[k]] for k in names]
-        if o["dropout"] > 0 and gen is not None:
-            masks = [torch.rand(a.shape, generator=gen).to(a.device) > o["dropout"] for a in g]
-            g = [a[m] for a, m in zip(g, masks)]
-            t = [b[m] for b, m in zip(t, masks)]
-        a, b = torch.cat([v.reshape(-1) for v in g]), torch.cat([v.reshape(-1) for v in t])
-        loss = 1 - (a * b).sum() / (a.norm() * b.norm()).clamp_min(1e-30)
+        if o["dropout"] > 0 and gen is not None:  # dropped entries are zeroed in both (a product, not a gather)
+            masks = [(torch.rand(a.shape, generator=gen).to(a.device) > o["dropout"]).to(a.dtype) for a in g]
+            g = [a * m for a, m in zip(g, masks)]
+            t = [b * m for b, m in zip(t, masks)]
+        with torch.no_grad():
+            t_norm = squared_norm(t).sqrt()
+        loss = cosine_distance(g, t, t_norm)  # per tensor, no concatenation (fedaudit/attacks/objectives.py)
         if o["tv"] and it >= o["tv-start"] * total:
             loss = loss + o["tv"] * total_variation(xn)
         return loss + self.bn_term(captured, BN_FIRST_WEIGHTS)
@@ -137,9 +139,7 @@ class HFGI(OptimizationAttack):
     def distance(self, state):
         """1 - cosine over every matched-able tensor, no dropout (to compare restarts)."""
         g = self.engine.gradient(denormalize(state["x"].detach(), self.tm.spec), self.labels, create_graph=False)
-        a = torch.cat([v.reshape(-1) for v in g])
-        b = torch.cat([v.reshape(-1) for v in self.engine.target.tensors])
-        return float(1 - (a * b).sum() / (a.norm() * b.norm()).clamp_min(1e-30))
+        return float(cosine_distance(g, self.engine.target.tensors, self.engine.target.norm))
 
     def extras(self, state):
         names = self.engine.target.names

@@ -10,7 +10,6 @@ from typing import Any
 from rich.console import Console
 
 from fedaudit.errors import InputError
-from fedaudit.io.files import atomic_write_text, dumps_json
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\x1b]")
 
@@ -46,13 +45,13 @@ def refuse_existing(path: Path | None, force: bool) -> None:
 def check_output_file(output: Path | None, force: bool) -> None:
     """Refuse to replace an existing ``-o FILE`` without ``--force`` (checked before any work starts)."""
     if output is not None and str(output) != "-" and Path(output).exists() and not force:
-        from fedaudit.errors import InputError
-
         raise InputError(f"output file {str(output)!r} already exists; pass --force to replace it")
 
 
 def emit_json(obj: Any, output: Path | None = None) -> None:
     """The machine-readable result: to ``output`` atomically when given (``-`` means stdout), else stdout."""
+    from fedaudit.io.files import atomic_write_text, dumps_json  # imports torch: only when a result is written
+
     text = dumps_json(obj)
     if output is not None and str(output) != "-":
         atomic_write_text(output, text)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect as pyinspect
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
@@ -24,7 +24,9 @@ from fedaudit.cli.options import (
     SeedOpt,
     UpdateArg,
 )
-from fedaudit.session import AuxSource, Session
+
+if TYPE_CHECKING:
+    from fedaudit.session import AuxSource, Session
 
 P = pyinspect.Parameter
 
@@ -72,6 +74,8 @@ def params(*names: str | P) -> list[P]:
 
 def session_from(kw: dict[str, Any]) -> Session:
     """The run's Session from whichever shared flags the command has."""
+    from fedaudit.session import Session  # imports torch: only when a command runs, never for --help
+
     lpips_weights = kw.get("lpips_weights")
     return Session.create(device=kw.get("device", "cpu"), seed=kw.get("seed", 0), batch_size=kw.get("batch_size"),
                           batch_size_mode="override" if kw.get("force") else "check",
@@ -83,5 +87,7 @@ def session_from(kw: dict[str, Any]) -> Session:
 
 
 def aux_source(kw: dict[str, Any]) -> AuxSource:
+    from fedaudit.session import AuxSource
+
     return AuxSource(kw.get("aux"), kw.get("aux_labels"), kw.get("dummy", False), kw.get("num_dummy", 1000),
                      kw.get("resize", False))

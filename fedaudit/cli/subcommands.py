@@ -1,5 +1,6 @@
 """One subcommand per registered method (``labels``, ``reconstruct``, ``defend``), built from the method's
-declared options; the handler gets the method class, its validated options and the shared flags."""
+declared options as the light catalog lists them (fedaudit/catalog.py: no torch import until a command runs); the
+handler gets the method class, its validated options and the shared flags."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Annotated, Any, cast
 
 import typer
 
+from fedaudit.catalog import Family, MethodInfo
 from fedaudit.cli.errors import handle_errors
 
 P = pyinspect.Parameter
@@ -30,23 +32,24 @@ def command_with(params: list[P], fn: Callable[..., None]):
     return handle_errors(fn)
 
 
-def _command(cls, params: list[P], handler: Callable[[Any, dict[str, Any], dict[str, Any]], None]):
-    keys = {o.name: o.name.replace("-", "_") for o in cls.options}
+def _command(family: Family, info: MethodInfo, params: list[P], handler: Callable[[Any, dict[str, Any], dict[str, Any]], None]):
+    keys = {o.name: o.name.replace("-", "_") for o in info.options}
 
     def command(**kw) -> None:
+        cls = family.load(info.name)  # the implementation (and torch) is imported here, when the command runs
         options = cls.parse_options({name: kw.pop(key) for name, key in keys.items()})
         handler(cls, options, kw)
 
-    cast(Any, command).__signature__ = pyinspect.Signature(params + option_params(cls.options))
-    command.__doc__ = f"{cls.summary} [{cls.paper}]"
-    command.__name__ = cls.name.replace("-", "_")
+    cast(Any, command).__signature__ = pyinspect.Signature(params + option_params(info.options))
+    command.__doc__ = f"{info.summary} [{info.paper}]"
+    command.__name__ = info.name.replace("-", "_")
     return handle_errors(command)
 
 
-def method_subcommands(app: typer.Typer, name: str, help_text: str, registry,
-                       params: Callable[[Any], list[P]], handler: Callable[[Any, dict[str, Any], dict[str, Any]], None]) -> None:
-    """Add ``fedaudit NAME <method>`` for every method in ``registry``: ``params(cls)`` are the shared flags."""
+def method_subcommands(app: typer.Typer, name: str, help_text: str, family: Family,
+                       params: Callable[[MethodInfo], list[P]], handler: Callable[[Any, dict[str, Any], dict[str, Any]], None]) -> None:
+    """Add ``fedaudit NAME <method>`` for every method of the catalog ``family``: ``params(info)`` are the shared flags."""
     group = typer.Typer(no_args_is_help=True, help=help_text)
-    for method_name, cls in registry:
-        group.command(method_name)(_command(cls, params(cls), handler))
+    for method_name, info in family:
+        group.command(method_name)(_command(family, info, params(info), handler))
     app.add_typer(group, name=name)

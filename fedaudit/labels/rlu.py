@@ -35,7 +35,6 @@ summaries quoting it and the released code could. Each choice is an option:
 from __future__ import annotations
 
 import numpy as np
-import scipy.optimize
 import torch
 
 from fedaudit.conversion import momentum_weights, optimizer_terms
@@ -77,6 +76,8 @@ def class_confidence(z: torch.Tensor, labels: torch.Tensor, mode: str, draws: in
 
 def solve_counts(s: torch.Tensor, observed: torch.Tensor, total: int) -> tuple[torch.Tensor, float]:
     """n >= 0 minimising ||(S - I) n - observed||^2 + (sum n - N)^2; the residual relative to ||observed||."""
+    import scipy.optimize  # here, not at module level: half a second of every command's start-up (inspect lists rlu)
+
     c = s.shape[0]
     a = torch.cat([s - torch.eye(c, dtype=torch.float64), torch.ones(1, c, dtype=torch.float64)])
     b = torch.cat([observed.double(), torch.tensor([float(total)], dtype=torch.float64)])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import importlib.metadata
 import os
 import platform
 import time
@@ -10,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torchvision
 
 from fedaudit import __version__
 from fedaudit.io.files import sha256_file
@@ -25,11 +25,18 @@ def now_iso() -> str:
     return t.replace(microsecond=0).isoformat()
 
 
+def _version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def environment(device: str = "cpu") -> dict[str, Any]:
     return {
         "python": platform.python_version(),
         "torch": torch.__version__,
-        "torchvision": torchvision.__version__,
+        "torchvision": _version("torchvision"),  # not imported: it costs a second of start-up
         "device": device,
         "cuda_device_name": torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") else None,
         "cpu_threads": torch.get_num_threads(),

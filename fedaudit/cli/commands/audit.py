@@ -12,10 +12,6 @@ from fedaudit.cli.errors import fail_exit
 from fedaudit.cli.shared import flag, params, session_from
 from fedaudit.cli.subcommands import command_with
 from fedaudit.errors import EXIT_INTERRUPTED, EXIT_RUNTIME
-from fedaudit.io.truth import load_truth
-from fedaudit.jobs import AuditJob, AuxSource
-from fedaudit.jobs.audit import check_plan, eval_set, parse_attack_options, parse_defense_rows
-from fedaudit.report.outdir import OutputDir
 
 PARAMS = params(
     "checkpoint", "update",
@@ -46,6 +42,11 @@ def _cell_line(c: dict) -> str:
 
 def audit(**kw) -> None:
     """Run every attack against every defended copy of the update; one matrix (JSON + HTML with image grids)."""
+    from fedaudit.io.truth import load_truth
+    from fedaudit.jobs import AuditJob, AuxSource
+    from fedaudit.jobs.audit import check_plan, eval_set, parse_attack_options, parse_defense_rows
+    from fedaudit.report.outdir import OutputDir
+
     attack_names = [a.strip() for a in kw["attacks"].split(",") if a.strip()]
     rows = parse_defense_rows(kw["defenses"])
     per_attack = parse_attack_options(kw["attack_options"] or [])

@@ -12,7 +12,6 @@ from fedaudit.cli.errors import fail_exit
 from fedaudit.cli.shared import P, flag, params
 from fedaudit.cli.subcommands import command_with
 from fedaudit.errors import EXIT_INPUT, EXIT_INTERRUPTED, EXIT_RUNTIME
-from fedaudit.jobs.audit_round import RoundAudit, RoundPlan
 
 PARAMS = [
     P("round_dir", P.POSITIONAL_OR_KEYWORD, annotation=Annotated[Path, typer.Argument(
@@ -36,6 +35,8 @@ PARAMS = [
 
 def audit_round(**kw) -> None:
     """Audit every client of a recorded round (labels + attacks); one summary in JSON and HTML; resumable."""
+    from fedaudit.jobs.audit_round import RoundAudit, RoundPlan
+
     attacks = [a.strip() for a in kw["attacks"].split(",") if a.strip() and a.strip() != "none"]
     if kw["jobs"] < 1:
         raise typer.BadParameter("--jobs must be >= 1")

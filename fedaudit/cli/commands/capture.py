@@ -10,10 +10,7 @@ import typer
 from fedaudit.cli.console import emit_json, info_line, refuse_existing
 from fedaudit.cli.errors import handle_errors
 from fedaudit.cli.options import AllowCustomArchOpt, BNMode, CheckpointArg, DeviceOpt, ForceOpt, Kind, QuietOpt, Reduction, SeedOpt, Sign
-from fedaudit.client.capture import CaptureConfig
 from fedaudit.errors import InputError
-from fedaudit.jobs.capture import CaptureJob
-from fedaudit.session import Session
 
 
 def register(app) -> None:
@@ -52,6 +49,10 @@ def register(app) -> None:
         allow_custom_arch: AllowCustomArchOpt = False,
     ) -> None:
         """Record a client's upload (FedSGD gradient, or FedAvg delta/weights after K local steps)."""
+        from fedaudit.client.capture import CaptureConfig
+        from fedaudit.jobs.capture import CaptureJob
+        from fedaudit.session import Session
+
         refuse_existing(output, force)
         refuse_existing(truth, force)
         if no_buffers and include_buffers:

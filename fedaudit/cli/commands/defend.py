@@ -9,12 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
+from fedaudit.catalog import family
 from fedaudit.cli.console import emit_json, info_line, refuse_existing
 from fedaudit.cli.shared import flag, params, session_from
 from fedaudit.cli.subcommands import method_subcommands
-from fedaudit.defenses import DEFENSES
-from fedaudit.io.truth import load_truth
-from fedaudit.jobs import DefendJob
 
 COMMON = params(
     "checkpoint", "update",
@@ -26,6 +24,9 @@ COMMON = params(
 
 
 def _defend(cls, options: dict, kw: dict) -> None:
+    from fedaudit.io.truth import load_truth
+    from fedaudit.jobs import DefendJob
+
     refuse_existing(kw["out"], kw["force"])
     session = session_from(kw)
     tm = session.load_threat_model(kw["checkpoint"], kw["update"])
@@ -40,4 +41,4 @@ def _defend(cls, options: dict, kw: dict) -> None:
 
 def register(app) -> None:
     method_subcommands(app, "defend", "Apply a defense to a recorded update (one defense per subcommand; chain by re-running).",
-                       DEFENSES, lambda cls: COMMON, _defend)
+                       family("defenses"), lambda info: COMMON, _defend)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Optional
 
-import torch
 import typer
 
 from fedaudit.cli.commands.spec_options import ArchKwargsOpt, InputShapeOpt, MeanOpt, NumClassesOpt, StdOpt, make_spec
@@ -13,11 +12,6 @@ from fedaudit.cli.console import emit_json, info_line, refuse_existing
 from fedaudit.cli.errors import handle_errors
 from fedaudit.cli.options import AllowCustomArchOpt, BNMode, ForceOpt, Kind, QuietOpt, Sign
 from fedaudit.errors import InputError
-from fedaudit.io.checkpoint import check_forward, load_checkpoint, load_state_strict, save_checkpoint
-from fedaudit.io.files import PICKLE_SUFFIXES, check_readable, read_safetensors
-from fedaudit.io.flower import name_arrays, read_npz_list
-from fedaudit.io.update import UpdateMeta, save_update
-from fedaudit.models import build_model
 
 import_app = typer.Typer(no_args_is_help=True, help="Convert other formats into fedaudit's safetensors files.")
 
@@ -47,6 +41,10 @@ def flower_npz(
     allow_custom_arch: AllowCustomArchOpt = False,
 ) -> None:
     """Import a Flower-style positional .npz (allow_pickle=False) as a recorded update."""
+    from fedaudit.io.checkpoint import load_checkpoint
+    from fedaudit.io.flower import name_arrays, read_npz_list
+    from fedaudit.io.update import UpdateMeta, save_update
+
     refuse_existing(output, force)
     ckpt = load_checkpoint(checkpoint, allow_custom_arch=allow_custom_arch)
     tensors = name_arrays(read_npz_list(arrays), ckpt.model, order)
@@ -84,6 +82,12 @@ def checkpoint_cmd(
     allow_custom_arch: AllowCustomArchOpt = False,
 ) -> None:
     """Wrap a plain state_dict into a fedaudit checkpoint (architecture + normalisation metadata)."""
+    import torch
+
+    from fedaudit.io.checkpoint import check_forward, load_state_strict, save_checkpoint
+    from fedaudit.io.files import PICKLE_SUFFIXES, check_readable, read_safetensors
+    from fedaudit.models import build_model
+
     refuse_existing(output, force)
     spec = make_spec(arch, num_classes, input_shape, mean, std, arch_kwargs)
     model = build_model(spec, allow_custom=allow_custom_arch)

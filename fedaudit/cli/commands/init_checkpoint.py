@@ -5,16 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-import torch
 import typer
 
 from fedaudit.cli.commands.spec_options import ArchKwargsOpt, InputShapeOpt, MeanOpt, NumClassesOpt, StdOpt, make_spec
 from fedaudit.cli.console import emit_json, info_line, refuse_existing
 from fedaudit.cli.errors import handle_errors
 from fedaudit.cli.options import AllowCustomArchOpt, ForceOpt, QuietOpt, SeedOpt
-from fedaudit.io.checkpoint import check_forward, save_checkpoint
-from fedaudit.io.files import sha256_file
-from fedaudit.models.build import initial_model
 
 
 def register(app) -> None:
@@ -37,6 +33,12 @@ def register(app) -> None:
     ) -> None:
         """Write a round-0 checkpoint of ARCH: its published initial weights (e.g. alexnet-imagenet's ImageNet
         convolutions) or a seeded random init."""
+        import torch
+
+        from fedaudit.io.checkpoint import check_forward, save_checkpoint
+        from fedaudit.io.files import sha256_file
+        from fedaudit.models.build import initial_model
+
         refuse_existing(output, force)
         spec = make_spec(arch, num_classes, input_shape, mean, std, arch_kwargs)
         torch.manual_seed(seed)

@@ -8,8 +8,6 @@ from fedaudit.cli.console import check_output_file, clean, emit_json, err_consol
 from fedaudit.cli.errors import handle_errors
 from fedaudit.cli.options import AllowCustomArchOpt, CheckpointArg, ForceOpt, IgnoreBaseOpt, OutputOpt, QuietOpt, UpdateArg
 from fedaudit.errors import InputError
-from fedaudit.inspection import inspect_threat_model
-from fedaudit.threat_model import load_threat_model
 
 
 def _table(info: dict) -> Table:
@@ -33,6 +31,9 @@ def register(app) -> None:
 
         Exit 2 (after printing the JSON) when the update holds NaN or Inf.
         """
+        from fedaudit.inspection import inspect_threat_model
+        from fedaudit.threat_model import load_threat_model
+
         check_output_file(output, force)
         tm = load_threat_model(checkpoint, update, allow_custom_arch=allow_custom_arch, allow_nonfinite=True,
                                check_base=not ignore_base_mismatch)

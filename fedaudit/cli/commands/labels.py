@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from fedaudit.catalog import family
 from fedaudit.cli.console import check_output_file, emit_json, err_console
 from fedaudit.cli.shared import aux_source, params, session_from
 from fedaudit.cli.subcommands import method_subcommands
-from fedaudit.io.truth import load_truth
-from fedaudit.jobs import LabelJob
-from fedaudit.labels import LABEL_METHODS
 
 COMMON = params("checkpoint", "update", "aux", "aux_labels", "dummy", "num_dummy", "resize", "batch_size", "truth",
                 "seed", "device", "output", "force", "quiet", "allow_custom_arch", "ignore_base_mismatch")
@@ -29,6 +27,9 @@ def _table(out: dict) -> Table:
 
 
 def _labels(cls, options: dict, kw: dict) -> None:
+    from fedaudit.io.truth import load_truth
+    from fedaudit.jobs import LabelJob
+
     check_output_file(kw["output"], kw["force"])
     session = session_from(kw)
     tm = session.load_threat_model(kw["checkpoint"], kw["update"], aux_source(kw))
@@ -47,4 +48,4 @@ def _labels(cls, options: dict, kw: dict) -> None:
 
 def register(app) -> None:
     method_subcommands(app, "labels", "Recover the batch's labels from the update (one method per subcommand).",
-                       LABEL_METHODS, lambda cls: COMMON, _labels)
+                       family("labels"), lambda info: COMMON, _labels)

@@ -11,7 +11,6 @@ from fedaudit.cli.console import emit_json, refuse_existing
 from fedaudit.cli.errors import handle_errors
 from fedaudit.cli.options import ForceOpt, LpipsNet
 from fedaudit.errors import InputError
-from fedaudit.metrics.lpips import export_lpips, load_lpips
 
 
 def register(app) -> None:
@@ -23,6 +22,8 @@ def register(app) -> None:
         force: ForceOpt = False,
     ) -> None:
         """Write the LPIPS model with its real backbone to one file (use it with --lpips-weights)."""
+        from fedaudit.metrics.lpips import export_lpips, load_lpips
+
         refuse_existing(output, force)
         lp = load_lpips(net.value)
         if lp.model is None:

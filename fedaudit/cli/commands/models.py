@@ -7,7 +7,6 @@ from rich.table import Table
 from fedaudit.cli.console import emit_json, err_console, refuse_existing
 from fedaudit.cli.errors import handle_errors
 from fedaudit.cli.options import ForceOpt, OutputOpt, QuietOpt
-from fedaudit.models import MODELS
 
 
 def register(app) -> None:
@@ -15,6 +14,8 @@ def register(app) -> None:
     @handle_errors
     def models(output: OutputOpt = None, force: ForceOpt = False, quiet: QuietOpt = False) -> None:
         """List registered architectures (any 'torchvision.<name>' and 'module:factory' also work)."""
+        from fedaudit.models import MODELS
+
         if output is not None and str(output) != "-":
             refuse_existing(output, force)
         rows = [{"name": n, "description": e.description, "default_input_shape": list(e.default_input_shape),

@@ -7,16 +7,12 @@ from typing import Annotated, Optional
 
 import typer
 
-from fedaudit.attacks import ATTACKS
-from fedaudit.attacks.base import LOOP_OPTIONS
+from fedaudit.catalog import MethodInfo, family
 from fedaudit.cli.console import emit_json, info_line
 from fedaudit.cli.errors import fail_exit
 from fedaudit.cli.shared import P, aux_source, flag, params, session_from
 from fedaudit.cli.subcommands import method_subcommands
 from fedaudit.errors import EXIT_INTERRUPTED
-from fedaudit.io.truth import load_truth
-from fedaudit.jobs import ReconstructJob
-from fedaudit.report.outdir import OutputDir
 
 _OWN = {p.name: p for p in [
     flag("out", Path, "Report folder to create.", "--out", "-o"),
@@ -36,19 +32,24 @@ def _loop_params(defaults: dict) -> list[P]:
     """--iterations/--restarts/--lr/--schedule, with this attack's defaults in the help text."""
     return [P(o.name, P.KEYWORD_ONLY, default=None, annotation=Annotated[Optional[o.type], typer.Option(
         *_FLAGS.get(o.name, (f"--{o.name}",)), help=f"{o.help} This attack's default: {defaults[o.name]}.")])
-        for o in LOOP_OPTIONS]
+        for o in family("attacks").loop_options]
 
 
-def _params(cls) -> list[P]:
+def _params(info: MethodInfo) -> list[P]:
     return (params("checkpoint", "update", _OWN["out"], _OWN["labels"], _OWN["labels_file"], "aux", "aux_labels", "dummy",
                    "num_dummy", "resize", "batch_size", _OWN["truth"])
-            + _loop_params(cls.defaults)
+            + _loop_params(info.defaults)
             + params(_OWN["multi_step"], _OWN["checkpoint_every"], _OWN["checkpoint_file"], _OWN["resume"], "fail_on",
                      "lpips_net", "lpips_weights", "seed", "device", "force", "quiet", "allow_custom_arch",
                      "ignore_base_mismatch"))
 
 
 def _reconstruct(cls, options: dict, kw: dict) -> None:
+    from fedaudit.attacks.base import LOOP_OPTIONS
+    from fedaudit.io.truth import load_truth
+    from fedaudit.jobs import ReconstructJob
+    from fedaudit.report.outdir import OutputDir
+
     name = cls.name
     loop = {o.name: kw[o.name] for o in LOOP_OPTIONS}
     cls.loop_settings(loop)  # bad loop settings are refused before anything is read
@@ -82,4 +83,4 @@ def _reconstruct(cls, options: dict, kw: dict) -> None:
 
 def register(app) -> None:
     method_subcommands(app, "reconstruct", "Reconstruct the client's images from the update (one attack per subcommand).",
-                       ATTACKS, _params, _reconstruct)
+                       family("attacks"), _params, _reconstruct)

@@ -11,8 +11,6 @@ from fedaudit.cli.console import emit_json, info_line
 from fedaudit.cli.errors import fail_exit, handle_errors
 from fedaudit.cli.options import FailOn, FailOnOpt, ForceOpt, LpipsNet, LpipsNetOpt, LpipsWeightsOpt, QuietOpt
 from fedaudit.cli.shared import session_from
-from fedaudit.jobs.score import ScoreJob
-from fedaudit.report.outdir import OutputDir
 
 
 def register(app) -> None:
@@ -29,6 +27,9 @@ def register(app) -> None:
         quiet: QuietOpt = False,
     ) -> None:
         """Match reconstructions to truth one-to-one and report PSNR/SSIM/LPIPS and the FedLeak risk band."""
+        from fedaudit.jobs.score import ScoreJob
+        from fedaudit.report.outdir import OutputDir
+
         session = session_from(locals())
         outdir = OutputDir(out, force=force)
         with outdir:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from fedaudit.errors import InputError
-from fedaudit.models import ModelSpec, is_custom_arch
-from fedaudit.models.build import model_entry
+
+if TYPE_CHECKING:
+    from fedaudit.models import ModelSpec
 
 NumClassesOpt = Annotated[int, typer.Option("--num-classes", help="Output classes.")]
 InputShapeOpt = Annotated[Optional[str], typer.Option("--input-shape", help="C,H,W of one input (default: the architecture's, else 3,32,32).")]
@@ -29,6 +30,9 @@ def _numbers(text: str, what: str, cast=float):
 def make_spec(arch: str, num_classes: int, input_shape: str | None, mean: str | None, std: str | None,
               arch_kwargs: str | None) -> ModelSpec:
     """The spec from the flags; what they leave out comes from the registered architecture (or 3,32,32 / 0.5)."""
+    from fedaudit.models import ModelSpec, is_custom_arch
+    from fedaudit.models.build import model_entry
+
     try:
         kwargs = json.loads(arch_kwargs) if arch_kwargs else {}
     except json.JSONDecodeError as exc:

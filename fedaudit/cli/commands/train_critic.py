@@ -11,9 +11,7 @@ from fedaudit.cli.console import emit_json, info_line, refuse_existing
 from fedaudit.cli.errors import handle_errors
 from fedaudit.cli.options import ForceOpt, QuietOpt, SeedOpt
 from fedaudit.cli.training import train_with_progress
-from fedaudit.defenses.critic import CriticTraining, save_critic, train_critic
 from fedaudit.errors import EXIT_INTERRUPTED, InputError
-from fedaudit.io.images import load_images
 
 
 def _shape(text: str) -> tuple[int, int, int]:
@@ -41,6 +39,9 @@ def register(app) -> None:
         quiet: QuietOpt = False,
     ) -> None:
         """Train Refiner's evaluation network D (noise proportion of an image) on public images (Ctrl-C saves it)."""
+        from fedaudit.defenses.critic import CriticTraining, save_critic, train_critic
+        from fedaudit.io.images import load_images
+
         refuse_existing(output, force)
         if epochs < 1 or batch_size < 1 or lr <= 0 or width < 1:
             raise InputError("--epochs, --batch-size and --width must be >= 1 and --lr > 0")

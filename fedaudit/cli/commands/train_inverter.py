@@ -12,11 +12,6 @@ from fedaudit.cli.errors import handle_errors
 from fedaudit.cli.options import AllowCustomArchOpt, BNMode, CheckpointArg, ForceOpt, QuietOpt, SeedOpt
 from fedaudit.cli.training import train_with_progress
 from fedaudit.errors import EXIT_INTERRUPTED, InputError
-from fedaudit.io.checkpoint import load_checkpoint
-from fedaudit.io.images import load_images
-from fedaudit.io.inverter import save_inverter
-from fedaudit.models.registry import final_linear
-from fedaudit.models.train_inverter import InverterTraining, train_inverter
 
 
 def register(app) -> None:
@@ -41,6 +36,12 @@ def register(app) -> None:
         allow_custom_arch: AllowCustomArchOpt = False,
     ) -> None:
         """Train a decoder from this checkpoint's output-layer inputs to images (RGLA's last stage; Ctrl-C saves it)."""
+        from fedaudit.io.checkpoint import load_checkpoint
+        from fedaudit.io.images import load_images
+        from fedaudit.io.inverter import save_inverter
+        from fedaudit.models.registry import final_linear
+        from fedaudit.models.train_inverter import InverterTraining, train_inverter
+
         refuse_existing(output, force)
         if epochs < 1 or batch_size < 2 or lr <= 0 or width < 1:
             raise InputError("--epochs must be >= 1, --batch-size >= 2, --lr > 0 and --width >= 1")
