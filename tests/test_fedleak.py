@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from fedaudit.attacks.fedleak import MaskedL1Cosine, _sample_step, top_mask
+from fedaudit.attacks.fedleak import _sample_step, masked_l1_cosine, top_mask
 from fedaudit.errors import InputError
 from fedaudit.models import ModelSpec, build_model
 
@@ -26,10 +26,10 @@ def _fedleak(name="lenet_b4", **options):
 def test_top_mask_exact_keeps_the_top_ratio_of_each_tensor():
     g = [torch.randn(1000, generator=torch.Generator().manual_seed(i)) for i in range(3)]
     mask = top_mask(g, 0.3, "per-tensor", sample=0)
-    for part, t in zip(mask.split(1000), g):
+    for part, t in zip(mask, g):
         assert int(part.sum()) == 300
         assert t.abs()[part.bool()].min() >= t.abs()[~part.bool()].max()
-    glob = top_mask([g[0], 10 * g[1]], 0.5, "global", sample=0)
+    glob = torch.cat(top_mask([g[0], 10 * g[1]], 0.5, "global", sample=0))
     both = torch.cat([g[0], 10 * g[1]]).abs()
     assert int(glob.sum()) == 1000 and both[glob.bool()].min() >= both[~glob.bool()].max()
     assert glob[1000:].sum() > 800  # the large tensor dominates a global top-50%
@@ -39,29 +39,34 @@ def test_top_mask_sampled_threshold_is_close_and_deterministic():
     g = [torch.randn(64, 32, 3, 3, generator=torch.Generator().manual_seed(1)) * torch.linspace(0.1, 3, 64).view(-1, 1, 1, 1),
          torch.randn(300_000, generator=torch.Generator().manual_seed(2))]
     mask = top_mask(g, 0.5, "per-tensor", sample=4096)
-    for part in mask.split([t.numel() for t in g]):
+    for part, t in zip(mask, g):
+        assert part.shape == t.shape
         frac = float(part.mean())
         assert abs(frac - 0.5) < 2.5 * (0.25 / 4096) ** 0.5 + 1e-3, frac  # 2.5 sigma of a 4,096-sample quantile
-    assert torch.equal(mask, top_mask(g, 0.5, "per-tensor", sample=4096))
+    assert all(torch.equal(a, b) for a, b in zip(mask, top_mask(g, 0.5, "per-tensor", sample=4096)))
+    glob = top_mask(g, 0.5, "global", sample=4096)  # one threshold from every tensor's sample
+    assert abs(float(torch.cat([m.reshape(-1) for m in glob]).mean()) - 0.5) < 0.02
     for n, s in [(18432, 4096), (300_000, 4096), (10, 4096), (1 << 20, 65536)]:
         step = _sample_step(n, s)
         assert step == 1 or (step % 2 and step % 3)
 
 
-def test_fused_l1_cosine_matches_autograd_reference():
+def test_fused_l1_cosine_on_lists_matches_the_one_vector_autograd_reference():
     gen = torch.Generator().manual_seed(0)
-    g = torch.randn(500, dtype=torch.float64, generator=gen, requires_grad=True)
-    u = torch.randn(500, dtype=torch.float64, generator=gen)
-    m = (torch.rand(500, generator=gen) > 0.5).double()
-    um = u * m
-    args = (m, um, um.norm(), m.sum())
-    got = MaskedL1Cosine.apply(g, *args)
-    ref = (g * m - um).abs().sum() / m.sum() + 1 - torch.dot(g * m, um) / ((g * m).norm() * um.norm())
+    shapes = [(5, 3, 3, 3), (5,), (10, 45), (10,)]
+    g = [torch.randn(s, dtype=torch.float64, generator=gen, requires_grad=True) for s in shapes]
+    u = [torch.randn(s, dtype=torch.float64, generator=gen) for s in shapes]
+    m = [(torch.rand(s, generator=gen) > 0.5).double() for s in shapes]
+    um = [a * b for a, b in zip(u, m)]
+    nb, count = torch.cat([t.reshape(-1) for t in um]).norm(), sum(t.sum() for t in m)
+    got = masked_l1_cosine(g, m, um, nb, count)
+    gf, mf, uf = (torch.cat([t.reshape(-1) for t in ts]) for ts in (g, m, um))
+    ref = (gf * mf - uf).abs().sum() / mf.sum() + 1 - torch.dot(gf * mf, uf) / ((gf * mf).norm() * uf.norm())
     assert abs(float((got - ref).detach())) < 1e-12
-    (a,) = torch.autograd.grad(3 * got, [g])
-    (b,) = torch.autograd.grad(3 * ref, [g])
-    assert torch.allclose(a, b, atol=1e-12)
-    assert torch.autograd.gradcheck(lambda v: MaskedL1Cosine.apply(v, *args), (g,))
+    a = torch.autograd.grad(3 * got, g)
+    b = torch.autograd.grad(3 * ref, g)
+    assert all(torch.allclose(x, y, atol=1e-12) for x, y in zip(a, b))
+    assert torch.autograd.gradcheck(lambda *v: masked_l1_cosine(list(v), m, um, nb, count), tuple(g))
 
 
 def test_per_tensor_reduction_and_signed_step():
@@ -70,7 +75,7 @@ def test_per_tensor_reduction_and_signed_step():
     d, _ = a._objective(x)
     ref = 0.0
     for gt, ut in zip(a.engine.gradient(x, a.labels), a.engine.target.tensors):
-        m = top_mask([gt], 0.5, "global", 0)
+        m = top_mask([gt], 0.5, "global", 0)[0].reshape(-1)
         gm, um = gt.reshape(-1) * m, ut.reshape(-1) * m
         ref = ref + (gm - um).abs().sum() / m.sum() + 1 - torch.dot(gm, um) / (gm.norm() * um.norm())
     d, ref = float(d.detach()), float(ref.detach())

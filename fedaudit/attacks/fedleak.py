@@ -42,7 +42,8 @@ from fedaudit.attacks import ATTACKS
 from fedaudit.attacks.base import OptimizationAttack, total_variation
 from fedaudit.attacks.bn_prior import bn_options
 from fedaudit.attacks.init import uniform_init
-from fedaudit.attacks.objectives import total
+from fedaudit.attacks.objectives import dot as dot_sum
+from fedaudit.attacks.objectives import squared_norm, total
 from fedaudit.methods import MethodOption
 
 
@@ -65,42 +66,65 @@ def _threshold(v: torch.Tensor, ratio: float, sample: int) -> torch.Tensor:
     return torch.kthvalue(v, v.numel() - k + 1).values
 
 
-def top_mask(g: list[torch.Tensor], ratio: float, scope: str, sample: int = 0) -> torch.Tensor:
-    """Flat float 0/1 mask (over the concatenated tensors) of the top ``ratio`` fraction of |g|, per tensor or over
-    all tensors at once. Masks multiply rather than index, so the backward pass needs no gather/scatter."""
+def top_mask(g: list[torch.Tensor], ratio: float, scope: str, sample: int = 0) -> list[torch.Tensor]:
+    """Float 0/1 masks, one per tensor and shaped like it, of the top ``ratio`` fraction of |g|, per tensor or over
+    all tensors at once (one threshold, from about ``sample`` entries strided evenly over the tensors, or from every
+    entry when ``sample`` is 0: the one case that copies |g| into one vector). Masks multiply rather than index, so the backward pass needs
+    no gather/scatter."""
     with torch.no_grad():
-        flat = [t.reshape(-1).abs() for t in g]
+        a = [t.abs() for t in g]
         if scope == "global":
-            a = torch.cat(flat)
-            return (a >= _threshold(a, ratio, sample)).to(a.dtype)
-        return torch.cat([(v >= _threshold(v, ratio, sample)).to(v.dtype) for v in flat])
+            step = _sample_step(sum(v.numel() for v in a), sample)  # one stride: each tensor sampled in proportion
+            pool = torch.cat([v.reshape(-1)[::step] for v in a])
+            k = max(1, int(round(ratio * pool.numel())))
+            cut = torch.kthvalue(pool, pool.numel() - k + 1).values
+            return [(v >= cut).to(v.dtype) for v in a]
+        return [(v >= _threshold(v.reshape(-1), ratio, sample)).to(v.dtype) for v in a]
+
+
+def _sums(terms: list[torch.Tensor]) -> torch.Tensor:
+    return torch.stack(terms).sum()
 
 
 class MaskedL1Cosine(torch.autograd.Function):
-    """L1(g[Lambda], u[Lambda]) / |Lambda| + 1 - cos(g[Lambda], u[Lambda]) on flat vectors, with its gradient in
-    closed form: d/dg = sign(gm - um) / |Lambda| - um / (|gm| |um|) + <gm, um> gm / (|gm|^3 |um|), gm = g * mask,
-    um = u * mask (entries outside Lambda get 0: there gm - um, um and gm are all 0). Three passes forward and
-    three backward over the parameter vector, instead of the dozen autograd records; this overhead, not the model,
-    dominates an iteration at small batches. First-order only (D is differentiated once, through g's graph)."""
+    """L1(g[Lambda], u[Lambda]) / |Lambda| + 1 - cos(g[Lambda], u[Lambda]) over a list of tensors taken as one
+    vector, with its gradient in closed form: d/dg = sign(gm - um) / |Lambda| - um / (|gm| |um|)
+    + <gm, um> gm / (|gm|^3 |um|), gm = g * mask, um = u * mask (entries outside Lambda get 0: there gm - um, um
+    and gm are all 0). A few passes over the parameters forward and backward, tensor by tensor (grouped foreach
+    kernels), instead of the dozen autograd records per tensor or a concatenated copy of every gradient; this
+    overhead, not the model, dominates an iteration at small batches. First-order only (D is differentiated once,
+    through g's graph). Call it as ``masked_l1_cosine``."""
 
     @staticmethod
-    def forward(ctx, g, mask, um, nb, count):
-        gm = g * mask
-        diff = gm - um
-        l1 = torch.linalg.vector_norm(diff, 1) / count
-        dot = torch.dot(gm, um)
-        na = torch.linalg.vector_norm(gm)
+    def forward(ctx, n: int, *args):
+        g, mask, um, (nb, count) = args[:n], args[n:2 * n], args[2 * n:3 * n], args[3 * n:]
+        gm = torch._foreach_mul(g, mask)
+        diff = torch._foreach_sub(gm, um)
+        l1 = _sums(list(torch._foreach_norm(diff, 1))) / count
+        dot = dot_sum(gm, um)
+        na = squared_norm(gm).sqrt()
         den = (na * nb).clamp_min(1e-30)
-        ctx.save_for_backward(gm, diff, um, count, dot, na, den)
+        ctx.n = n
+        ctx.save_for_backward(*gm, *diff, *um, count, dot, na, den)
         return l1 + 1 - dot / den
 
     @staticmethod
     def backward(ctx, grad):
-        gm, diff, um, count, dot, na, den = ctx.saved_tensors
-        out = diff.sign().mul_(grad / count)
-        out.addcmul_(um, -grad / den)
-        out.addcmul_(gm, grad * dot / (den * na.square().clamp_min(1e-30)))
-        return out, None, None, None, None
+        n = ctx.n
+        saved = ctx.saved_tensors
+        gm, diff, um, (count, dot, na, den) = saved[:n], saved[n:2 * n], saved[2 * n:3 * n], saved[3 * n:]
+        out = torch._foreach_sign(diff)
+        torch._foreach_mul_(out, grad / count)
+        torch._foreach_add_(out, torch._foreach_mul(um, -grad / den))
+        torch._foreach_add_(out, torch._foreach_mul(gm, grad * dot / (den * na.square().clamp_min(1e-30))))
+        return (None, *out) + (None,) * (2 * n + 2)
+
+
+def masked_l1_cosine(g: list[torch.Tensor], mask: list[torch.Tensor], um: list[torch.Tensor], nb: torch.Tensor,
+                     count: torch.Tensor) -> torch.Tensor:
+    """MaskedL1Cosine on lists: ``g`` the dummy gradients, ``mask`` Lambda, ``um`` the target times the mask, ``nb``
+    ||um|| and ``count`` |Lambda|."""
+    return MaskedL1Cosine.apply(len(g), *g, *mask, *um, nb, count)
 
 
 @ATTACKS.register
@@ -130,23 +154,19 @@ class FedLeak(OptimizationAttack):
         return {"x": uniform_init(self.tm.spec, self.shape, gen).to(self.engine.device).requires_grad_(True)}
 
     def _objective(self, x, masked_target=None):
-        """D(x') and what it used of the target: (mask, target * mask, ||target[Lambda]||, |Lambda|). The gradients are concatenated into one
-        flat vector, so each term is one pass (g' * mask, then L1, dot and norm), not one per tensor; the
-        target's masked part and norm are computed once per iteration and reused at x' + phi."""
+        """D(x') and what it used of the target: (masks, target * mask, ||target[Lambda]||, |Lambda|), tensor by
+        tensor (no concatenated copy of the gradients); the target's masked part and norm are computed once per
+        iteration and reused at x' + phi."""
         acts = [] if self.opts["act"] else None
         captured = self.bn_inputs()
-        g = torch.cat([t.reshape(-1) for t in self.engine.gradient(x, self.labels, capture=acts, bn_inputs=captured)])
+        g = list(self.engine.gradient(x, self.labels, capture=acts, bn_inputs=captured))
         if masked_target is None:
-            if not hasattr(self, "_target"):
-                self._target = torch.cat([t.reshape(-1) for t in self.engine.target.tensors])
             with torch.no_grad():
-                scope = self.opts["scope"]
-                parts = [g.detach()] if scope == "global" else self._split(g.detach())
-                mask = top_mask(parts, self.opts["ratio"], scope, self.opts["mask-sample"])
-                um = self._target * mask
-                masked_target = (mask, um, um.norm(), mask.sum())
+                mask = top_mask([t.detach() for t in g], self.opts["ratio"], self.opts["scope"], self.opts["mask-sample"])
+                um = torch._foreach_mul(self.engine.target.tensors, mask)
+                masked_target = (mask, um, squared_norm(um).sqrt(), _sums([m.sum() for m in mask]))
         if self.opts["reduction"] == "global":
-            d = MaskedL1Cosine.apply(g, *masked_target)
+            d = masked_l1_cosine(g, *masked_target)
         else:
             d = self._per_tensor(g, *masked_target)
         if self.opts["tv"]:
@@ -159,15 +179,13 @@ class FedLeak(OptimizationAttack):
     def _per_tensor(self, g, mask, um, nb, count):
         """Sum over tensors of mean L1 + (1 - cos) on each tensor's part of Lambda. A tensor with an empty part or a
         zero target there adds a constant (no gradient), and nothing waits on the device for a branch."""
-        d = g.new_zeros(())
-        for gt, mt, ut in zip(self._split(g), self._split(mask), self._split(um)):
-            gm = gt * mt
+        d = g[0].new_zeros(())
+        for gt, mt, ut in zip(g, mask, um):
+            gm = (gt * mt).reshape(-1)
+            ut = ut.reshape(-1)
             d = d + (gm - ut).abs().sum() / mt.sum().clamp_min(1) + 1 - \
                 torch.dot(gm, ut) / (gm.norm() * ut.norm()).clamp_min(1e-30)
         return d
-
-    def _split(self, flat):
-        return list(flat.split([t.numel() for t in self.engine.target.tensors]))
 
     # The variables and how they make x'. Pixels here; fedleak-dip optimises a generator's weights instead.
     def variables(self, state) -> list[torch.Tensor]:

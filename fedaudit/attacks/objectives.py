@@ -37,7 +37,8 @@ def squared_norm(a: list[torch.Tensor] | tuple[torch.Tensor, ...], grouped: bool
     return torch.stack([torch.vdot(t.reshape(-1), t.reshape(-1)) for t in a]).sum()
 
 
-def dot(a: list[torch.Tensor], b: list[torch.Tensor], grouped: bool | None = None) -> torch.Tensor:
+def dot(a: list[torch.Tensor] | tuple[torch.Tensor, ...], b: list[torch.Tensor] | tuple[torch.Tensor, ...],
+        grouped: bool | None = None) -> torch.Tensor:
     """sum_i <a_i, b_i> over the list. On CUDA by polarisation, (||a + b||^2 - ||a - b||^2) / 4, which is four
     grouped kernels instead of two launches per tensor."""
     if _grouped(a, grouped):

@@ -56,6 +56,27 @@ def _with_aux(tm: ThreatModel, session: Session, method: type[LabelMethod]) -> S
     return session
 
 
+def _run_each(tm: ThreatModel, session: Session, names: tuple[str, ...]):
+    """Run every applicable method of ``names``: [(name, result, session it ran with, seconds)] and {name: why not}."""
+    runs: list[tuple[str, LabelResult, Session, float]] = []
+    skipped: dict[str, str] = {}
+    for name in names:
+        method = LABEL_METHODS.get(name)
+        sub = _with_aux(tm, session, method)
+        why = method.why_not(tm, sub)
+        if why:
+            skipped[name] = "; ".join(why)
+            continue
+        t0 = time.perf_counter()
+        try:
+            result = method().run(tm, sub)
+        except (NotApplicable, ValueError) as exc:
+            skipped[name] = str(exc)
+            continue
+        runs.append((name, result, sub, time.perf_counter() - t0))
+    return runs, skipped
+
+
 def _candidates(tm: ThreatModel, session: Session, spread: float | None):
     """(name, method class, session) in the rules' order of preference."""
     single = tm.batch_size == 1 and tm.meta.local_steps == 1
@@ -127,23 +148,18 @@ class Auto(LabelMethod):
         On 96 seeded B = 4 batches of a DLG-init LeNet with 500 aux digits the rules missed a sample in 4 batches
         and this rule in none (tests/test_rlu.py holds one seed of it); without the margin a close call (0.78 against
         0.85) chose a wrong iLRG on a 4-digit weights upload."""
-        runs = []
-        for name in UNTRAINED[:3]:  # bias-count, zlg, ilrg
-            method = LABEL_METHODS.get(name)
-            sub = _with_aux(tm, session, method)
-            if not method.why_not(tm, sub):
-                runs.append((name, method().run(tm, sub), sub))
+        runs, _ = _run_each(tm, session, UNTRAINED[:3])  # bias-count, zlg, ilrg
         if len(runs) < 2:
             return None
-        scores = [float((r.counts - r.counts_int).abs().sum()) for _, r, _ in runs]
+        scores = [float((r.counts - r.counts_int).abs().sum()) for _, r, _, _ in runs]
         best = min(range(len(runs)), key=lambda i: (round(scores[i], 6), i))
         if scores[best] > MARGIN * scores[0]:  # not clearly closer than the rules' choice: keep the rules' choice
             best = 0
-        name, result, sub = runs[best]
+        name, result, sub, _ = runs[best]
         result.diagnostics = {"chosen": name, "strategy": "rules, by integrality", **self._regime(spread),
                               "aux": sub.aux.kind if sub.aux else None,
                               "candidates": [{"method": n, "distance_to_integers": sc, "counts": r.counts_int.tolist()}
-                                             for (n, r, _), sc in zip(runs, scores)],
+                                             for (n, r, _, _), sc in zip(runs, scores)],
                               **result.diagnostics}
         return result
 
@@ -159,22 +175,8 @@ class Auto(LabelMethod):
             evidence = Evidence(tm, aux)
         except (NotApplicable, ValueError):
             return None
-        runs: list[tuple[str, LabelResult, float, float]] = []
-        skipped: dict[str, str] = {}
-        for name in CANDIDATES:
-            method = LABEL_METHODS.get(name)
-            sub = _with_aux(tm, session, method)
-            why = method.why_not(tm, sub)
-            if why:
-                skipped[name] = "; ".join(why)
-                continue
-            t0 = time.perf_counter()
-            try:
-                result = method().run(tm, sub)
-            except (NotApplicable, ValueError) as exc:
-                skipped[name] = str(exc)
-                continue
-            runs.append((name, result, evidence.score(result.counts_int), time.perf_counter() - t0))
+        done, skipped = _run_each(tm, session, CANDIDATES)
+        runs = [(name, result, evidence.score(result.counts_int), seconds) for name, result, _, seconds in done]
         if not runs:
             return None
         best = min(range(len(runs)), key=lambda i: (round(runs[i][2], 9), i))
