@@ -41,7 +41,7 @@ class MethodInfo:
     summary: str
     paper: str
     options: tuple[OptionInfo, ...]
-    defaults: dict[str, Any]  # an attack's loop defaults (iterations, restarts, lr, schedule); empty otherwise
+    defaults: dict[str, Any]  # an attack's loop settings by default (iterations, restarts, lr, ...); empty otherwise
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ def build() -> dict:
         registry = getattr(importlib.import_module(package), attr)
         out[family] = {"methods": [{"name": name, "summary": cls.summary, "paper": cls.paper,
                                     "options": [_option(o) for o in cls.options],
-                                    "defaults": dict(getattr(cls, "defaults", {})) if family == "attacks" else {}}
+                                    "defaults": cls.loop_settings() if family == "attacks" else {}}
                                    for name, cls in registry]}
     out["attacks"]["loop_options"] = [_option(o) for o in LOOP_OPTIONS]
     return out

@@ -65,9 +65,10 @@ def test_each_attack_recovers_the_lenet_cat(cli, tmp_path, attack, args, floor):
     assert {p.name for p in out.iterdir()} >= {"report.json", "report.html", "grid.png", "images", "reconstruction.safetensors"}
 
 
-def _run(name="lenet_b4", attack="ig", iterations=40, seed=0, restarts=None, **policy):
+def _run(name="lenet_b4", attack="ig", iterations=40, seed=0, restarts=None, restart_batch=None, **policy):
     """The attack (true labels, default options) and its loop result."""
-    job, a, labels = attack_job(name, attack, loop={"iterations": iterations, "restarts": restarts},
+    job, a, labels = attack_job(name, attack, loop={"iterations": iterations, "restarts": restarts,
+                                                    "restart-batch": restart_batch},
                                 session=Session(seed=seed), **policy)
     return a, job.optimize(a, labels)
 
@@ -103,8 +104,21 @@ def test_divergence_restarts(monkeypatch):
         return real(self, state, it)
 
     monkeypatch.setattr(InvertingGradients, "closure", flaky)
+    _, result = _run(restarts=2, iterations=20, restart_batch=1)
+    assert result.diverged_restarts == [0] and result.best_restart == 1 and result.restart_batches == []
+
+    real_batched = InvertingGradients.batched_closure
+
+    def flaky_batched(self, state, it):
+        losses = real_batched(self, state, it)
+        if it == 4:  # restart 0 of the stacked batch blows up at its 5th iteration
+            losses[0] = float("nan")
+        return losses
+
+    monkeypatch.setattr(InvertingGradients, "batched_closure", flaky_batched)
     _, result = _run(restarts=2, iterations=20)
-    assert result.diverged_restarts == [0] and result.best_restart == 1
+    assert result.diverged_restarts == [0] and result.best_restart == 1 and result.restart_batches == [2]
+    assert sorted(result.restart_images) == [1]
 
 
 def _interrupt_ig_at(monkeypatch, iteration: int):

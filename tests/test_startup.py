@@ -43,7 +43,7 @@ def test_catalog_lists_every_registered_method_with_its_options():
     labels = catalog.family("labels")
     assert [n for n, _ in labels] == LABEL_METHODS.names()
     ig = next(info for n, info in catalog.family("attacks") if n == "ig")
-    assert ig.defaults == ATTACKS.get("ig").defaults
+    assert ig.defaults == ATTACKS.get("ig").loop_settings()
     assert [o.name for o in ig.options] == [o.name for o in ATTACKS.get("ig").options]
     assert catalog.family("attacks").load("ig") is ATTACKS.get("ig")
 

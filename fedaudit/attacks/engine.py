@@ -7,17 +7,20 @@ One place for every optimisation attack (docs/architecture.md):
 * normalisation inside the forward (x' lives in [0,1] pixel space);
 * restricted to the parameters present in the update (a withheld tensor is simply not matched);
 * optional unrolling of K local SGD steps for FedAvg deltas: the synthetic update is converted exactly as the
-  recorded one is (fedaudit/conversion.py), so both sides of the match mean the same thing.
+  recorded one is (fedaudit/conversion.py), so both sides of the match mean the same thing;
+* restarts as one batch (``batched_gradient``): R dummy batches in one call, each with its own parameter
+  gradient (``torch.func.vmap`` over ``torch.func.grad``) and, in train mode, its own BatchNorm batch statistics.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from torch.func import functional_call
+from torch.func import functional_call, grad, vmap
 
 from fedaudit.attacks.objectives import reference_norm
 from fedaudit.conversion import gradient_scale
@@ -97,6 +100,34 @@ class GradientEngine:
             return list(torch.autograd.grad(loss, [params[k] for k in names], create_graph=create_graph))
         full = dict(zip(self.target.names, self._unrolled(x01, labels, create_graph, capture, bn_inputs)))
         return [full[k] for k in names]
+
+    @functools.cached_property
+    def _restart_model(self) -> torch.nn.Module:
+        """A copy of the model for batched restarts: BatchNorm layers keep no running statistics, so in train mode
+        each restart's forward normalises with its own batch statistics under vmap (and nothing is updated in
+        place); in eval mode the checkpoint's running statistics are used, as in ``forward``."""
+        model = copy.deepcopy(self.model)
+        if self.train_bn:
+            torch.func.replace_all_batch_norm_modules_(model)
+        return model.train(self.train_bn)
+
+    def batched_gradient(self, x01: torch.Tensor, labels: torch.Tensor) -> list[torch.Tensor]:
+        """Per-restart gradients of R dummy batches at once: ``x01`` is [R, B, C, H, W] and each returned tensor is
+        [R, *shape], differentiable with respect to ``x01`` (second order), restart r's equal to
+        ``gradient(x01[r], labels)``. One-step updates only (not ``unroll``); no activation or BN-input capture."""
+        if self.unroll:
+            raise ValueError("batched restarts do not unroll local steps")
+        names = self.target.names
+        model = self._restart_model
+        matched = {k: self.params[k] for k in names}
+        fixed = {k: p for k, p in self.params.items() if k not in matched}
+        fixed.update(dict(model.named_buffers()))
+
+        def loss(m: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+            return self.loss(functional_call(model, {**fixed, **m}, (normalize(x, self.spec),)), labels)
+
+        g = vmap(grad(loss), in_dims=(None, 0))(matched, x01)
+        return [g[k] for k in names]
 
     def _unrolled(self, x01, labels, create_graph, capture, bn_inputs=None):
         """K SGD steps on consecutive chunks of the dummy batch; returns -(w_K - w_0) / (lr K) like conversion."""

@@ -16,10 +16,10 @@ from __future__ import annotations
 import torch
 
 from fedaudit.attacks import ATTACKS
-from fedaudit.attacks.base import OptimizationAttack, total_variation
+from fedaudit.attacks.base import OptimizationAttack, total_variation, total_variation_rows
 from fedaudit.attacks.bn_prior import bn_options
 from fedaudit.attacks.init import normal_init
-from fedaudit.attacks.objectives import cosine_distance
+from fedaudit.attacks.objectives import cosine_distance, cosine_distance_rows
 from fedaudit.methods import MethodOption
 
 
@@ -44,6 +44,21 @@ class InvertingGradients(OptimizationAttack):
                                self.engine.target.norm)
         loss = loss + self.opts["tv"] * total_variation(x) + self.bn_term(captured)
         (grad,) = torch.autograd.grad(loss, [x])
+        x.grad = grad.sign() if self.opts["signed"] else grad
+        return loss.detach()
+
+    def why_not_batched(self):
+        if self.bn_targets:
+            return "the BN-statistic prior (--bn-stats) runs restarts one after another"
+        if self.engine.unroll:
+            return "--multi-step unroll runs restarts one after another"
+        return None
+
+    def batched_closure(self, state, it):
+        x = state["x"]  # [R, B, C, H, W]
+        loss = cosine_distance_rows(self.engine.batched_gradient(x, self.labels), self.engine.target.tensors,
+                                    self.engine.target.norm) + self.opts["tv"] * total_variation_rows(x)
+        (grad,) = torch.autograd.grad(loss.sum(), [x])  # restarts are independent: row r's gradient is its own
         x.grad = grad.sign() if self.opts["signed"] else grad
         return loss.detach()
 

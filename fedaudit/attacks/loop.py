@@ -1,7 +1,8 @@
 """The optimisation loop every attack shares: restarts, schedules, projection, progress, checkpoints, Ctrl-C.
 
 * Restarts: each starts from a fresh seeded initialisation; the best is chosen by the attack's gradient
-  distance (never by the truth).
+  distance (never by the truth). Where the attack supports it they run as one stacked batch
+  (fedaudit/attacks/batched_restarts.py; ``restart_batch`` caps a batch, 1 runs them one after another).
 * Divergence: a non-finite loss or iterate ends that restart (recorded) and the next one begins.
 * Checkpoints: every ``checkpoint_every`` iterations the variables, the Adam state, the best result so far and
   the position (restart, iteration) are written atomically to one safetensors file; ``resume`` continues from it.
@@ -30,6 +31,7 @@ import torch
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from fedaudit.attacks import batched_restarts
 from fedaudit.attacks.base import OptimizationAttack, lr_factor
 from fedaudit.errors import InputError, RuntimeFailure
 from fedaudit.io.files import read_safetensors, write_safetensors
@@ -51,6 +53,7 @@ class LoopConfig:
     fingerprint: str = ""  # attack + options + update hash; a checkpoint only resumes the same run
     monitor: Callable[[OptimizationAttack, dict, int, int], bool | None] | None = None
     monitor_every: int = 0
+    restart_batch: int = 0  # restarts per stacked batch: 0 = all at once (halved while memory runs out), 1 = sequential
 
 
 @dataclass
@@ -70,6 +73,7 @@ class LoopResult:
     # every finished restart's final images (restart index -> images): the truth-free restart agreement
     # (fedaudit/verdict/reconstruction.py) compares them; restarts before a resume are not kept
     restart_images: dict[int, torch.Tensor] = field(default_factory=dict)
+    restart_batches: list[int] = field(default_factory=list)  # sizes of the stacked restart batches run; [] = sequential
 
     @property
     def barely_moved(self) -> bool:
@@ -155,6 +159,8 @@ def _finite(state) -> bool:
 
 
 def optimize(attack: OptimizationAttack, cfg: LoopConfig) -> LoopResult:
+    if batched_restarts.why_not(attack, cfg) is None:
+        return batched_restarts.optimize_batched(attack, cfg)
     t0 = time.perf_counter()
     attack.iterations = cfg.iterations  # for attacks whose schedule is relative to the budget (HFGI)
     best, history, diverged = _Best(), [], []

@@ -63,3 +63,12 @@ def l2_distance(a: list[torch.Tensor], b: list[torch.Tensor], grouped: bool | No
     """Sum of squared differences over all tensors (DLG)."""
     grouped = _grouped(a, grouped)
     return squared_norm(torch._foreach_sub(a, b) if grouped else [x - y for x, y in zip(a, b)], grouped)
+
+
+# --- restarts as one batch: every tensor of ``a`` has a leading restart axis [R, *shape]; ``b`` is the target ---
+
+def cosine_distance_rows(a: list[torch.Tensor], b: list[torch.Tensor], b_norm: torch.Tensor) -> torch.Tensor:
+    """[R]: ``cosine_distance(a[r], b, b_norm)`` for every restart r, as one matrix-vector product per tensor."""
+    dots = torch.stack([x.flatten(1) @ y.reshape(-1) for x, y in zip(a, b)]).sum(0)
+    norms = torch.stack([torch.linalg.vector_norm(x.flatten(1), dim=1).square() for x in a]).sum(0).sqrt()
+    return 1 - dots / (norms * b_norm).clamp_min(1e-30)

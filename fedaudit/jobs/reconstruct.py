@@ -206,7 +206,8 @@ class ReconstructJob:
         return LoopConfig(iterations=s["iterations"], restarts=s["restarts"], lr=s["lr"], schedule=s["schedule"],
                           seed=self.session.seed, checkpoint_every=self.checkpoint_every,
                           checkpoint_path=self.checkpoint_path, resume=self.resume, quiet=self.session.quiet,
-                          fingerprint=self.fingerprint(labels), monitor=self.monitor, monitor_every=self.monitor_every)
+                          fingerprint=self.fingerprint(labels), monitor=self.monitor, monitor_every=self.monitor_every,
+                          restart_batch=s["restart-batch"])
 
     def fingerprint(self, labels: list[int]) -> str:
         s = self.settings
@@ -236,7 +237,7 @@ class ReconstructJob:
             "attack": self.attack, "attack_options": self.options,
             "labels": {"method": self.label_method, "file": "file", "given": "given"}[label_report["source"]],
             "multi_step": self.multi_step if tm.meta.local_steps > 1 else None, "iterations": s["iterations"],
-            "restarts": s["restarts"], "lr": s["lr"], "schedule": s["schedule"],
+            "restarts": s["restarts"], "lr": s["lr"], "schedule": s["schedule"], "restart_batch": s["restart-batch"],
             "checkpoint_every": self.checkpoint_every, "lpips_net": self.session.lpips_net},
             seed=self.session.seed, device=str(self.session.device))
         report["status"] = "interrupted" if result.interrupted else "complete"
@@ -248,6 +249,8 @@ class ReconstructJob:
         report["attack"] = {"name": self.attack, "paper": self.attack_cls.paper, "distance": result.distance,
                             "best_restart": result.best_restart, "iterations_run": result.iterations_run,
                             "diverged_restarts": result.diverged_restarts, "interrupted": result.interrupted,
+                            # sizes of the stacked restart batches (fedaudit/attacks/batched_restarts.py); [] = one by one
+                            "restart_batches": result.restart_batches,
                             "resumed_from": result.resumed_from, "recovered_labels": result.labels,
                             "seconds_per_iteration": result.seconds / max(result.iterations_run, 1),
                             "movement": {"mean_abs_pixel_change": result.movement, "barely_moved": result.barely_moved,

@@ -30,7 +30,7 @@ _FLAGS = {"iterations": ("--iterations", "-n")}
 
 def _loop_params(defaults: dict) -> list[P]:
     """--iterations/--restarts/--lr/--schedule, with this attack's defaults in the help text."""
-    return [P(o.name, P.KEYWORD_ONLY, default=None, annotation=Annotated[Optional[o.type], typer.Option(
+    return [P(o.name.replace("-", "_"), P.KEYWORD_ONLY, default=None, annotation=Annotated[Optional[o.type], typer.Option(
         *_FLAGS.get(o.name, (f"--{o.name}",)), help=f"{o.help} This attack's default: {defaults[o.name]}.")])
         for o in family("attacks").loop_options]
 
@@ -51,7 +51,7 @@ def _reconstruct(cls, options: dict, kw: dict) -> None:
     from fedaudit.report.outdir import OutputDir
 
     name = cls.name
-    loop = {o.name: kw[o.name] for o in LOOP_OPTIONS}
+    loop = {o.name: kw[o.name.replace("-", "_")] for o in LOOP_OPTIONS}
     cls.loop_settings(loop)  # bad loop settings are refused before anything is read
     session = session_from(kw)
     outdir = OutputDir(kw["out"], force=session.force)
