@@ -118,7 +118,7 @@ class OptimizationAttack(Method):
     def loop_settings(cls, given: dict[str, Any] | None = None) -> dict[str, Any]:
         """This attack's loop defaults updated with ``given`` (values or text; None means "not given")."""
         by_name = {o.name: o for o in LOOP_OPTIONS}
-        out = {k: cls.defaults.get(k, LOOP_DEFAULTS.get(k)) for k in by_name}
+        out: dict[str, Any] = {k: cls.defaults.get(k, LOOP_DEFAULTS.get(k)) for k in by_name}
         for key, value in (given or {}).items():
             if value is None:
                 continue

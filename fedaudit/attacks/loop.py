@@ -74,6 +74,7 @@ class LoopResult:
     # (fedaudit/verdict/reconstruction.py) compares them; restarts before a resume are not kept
     restart_images: dict[int, torch.Tensor] = field(default_factory=dict)
     restart_batches: list[int] = field(default_factory=list)  # sizes of the stacked restart batches run; [] = sequential
+    restarts_one_by_one: str | None = None  # why several restarts ran one after another (batched_restarts.why_not)
 
     @property
     def barely_moved(self) -> bool:
@@ -159,7 +160,8 @@ def _finite(state) -> bool:
 
 
 def optimize(attack: OptimizationAttack, cfg: LoopConfig) -> LoopResult:
-    if batched_restarts.why_not(attack, cfg) is None:
+    one_by_one = batched_restarts.why_not(attack, cfg)
+    if one_by_one is None:
         return batched_restarts.optimize_batched(attack, cfg)
     t0 = time.perf_counter()
     attack.iterations = cfg.iterations  # for attacks whose schedule is relative to the budget (HFGI)
@@ -231,4 +233,5 @@ def optimize(attack: OptimizationAttack, cfg: LoopConfig) -> LoopResult:
         raise RuntimeFailure(f"{attack.name}: every restart diverged (non-finite loss); try a smaller --lr")
     return LoopResult(best.images, best.labels, best.distance, best.restart, iterations_run, interrupted, diverged,
                       history, time.perf_counter() - t0, resumed,
-                      attack.extras(best.state) if best.state else {}, best.movement, finals)
+                      attack.extras(best.state) if best.state else {}, best.movement, finals,
+                      restarts_one_by_one=one_by_one if cfg.restarts > 1 else None)

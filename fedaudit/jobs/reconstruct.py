@@ -250,7 +250,7 @@ class ReconstructJob:
                             "best_restart": result.best_restart, "iterations_run": result.iterations_run,
                             "diverged_restarts": result.diverged_restarts, "interrupted": result.interrupted,
                             # sizes of the stacked restart batches (fedaudit/attacks/batched_restarts.py); [] = one by one
-                            "restart_batches": result.restart_batches,
+                            "restart_batches": result.restart_batches, "restarts_one_by_one": result.restarts_one_by_one,
                             "resumed_from": result.resumed_from, "recovered_labels": result.labels,
                             "seconds_per_iteration": result.seconds / max(result.iterations_run, 1),
                             "movement": {"mean_abs_pixel_change": result.movement, "barely_moved": result.barely_moved,
