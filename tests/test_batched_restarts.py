@@ -13,15 +13,17 @@ from fedaudit.threat_model import load_threat_model
 from .helpers import attack_job, sample
 
 
-def _run(name, restart_batch, restarts=4, iterations=25, **options):
-    job, attack, labels = attack_job(name, "ig", options, {"iterations": iterations, "restarts": restarts,
-                                                           "restart-batch": restart_batch})
+def _run(name, restart_batch, restarts=4, iterations=25, attack="ig", **options):
+    job, attack, labels = attack_job(name, attack, options, {"iterations": iterations, "restarts": restarts,
+                                                             "restart-batch": restart_batch})
     return job.optimize(attack, labels)
 
 
-@pytest.mark.parametrize("name", ["lenet_b1", "lenet_b4"])
-def test_batched_restarts_reproduce_the_sequential_run(name):
-    one_by_one, batched = _run(name, 1), _run(name, 0)
+@pytest.mark.parametrize("name,attack", [("lenet_b1", "ig"), ("lenet_b4", "ig"), ("lenet_b4", "hfgi")])
+def test_batched_restarts_reproduce_the_sequential_run(name, attack):
+    """HFGI: its layer schedule, dropout masks and quantised steps per restart, with 0.3 dropout and TV from the start."""
+    options = {"dropout": 0.3, "tv-start": 0.0} if attack == "hfgi" else {}
+    one_by_one, batched = _run(name, 1, attack=attack, **options), _run(name, 0, attack=attack, **options)
     assert one_by_one.restart_batches == [] and batched.restart_batches == [4]
     assert batched.best_restart == one_by_one.best_restart
     assert batched.distance == pytest.approx(one_by_one.distance, rel=1e-3, abs=1e-5)

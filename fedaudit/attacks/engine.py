@@ -111,13 +111,14 @@ class GradientEngine:
             torch.func.replace_all_batch_norm_modules_(model)
         return model.train(self.train_bn)
 
-    def batched_gradient(self, x01: torch.Tensor, labels: torch.Tensor) -> list[torch.Tensor]:
+    def batched_gradient(self, x01: torch.Tensor, labels: torch.Tensor, names: list[str] | None = None) -> list[torch.Tensor]:
         """Per-restart gradients of R dummy batches at once: ``x01`` is [R, B, C, H, W] and each returned tensor is
         [R, *shape], differentiable with respect to ``x01`` (second order), restart r's equal to
-        ``gradient(x01[r], labels)``. One-step updates only (not ``unroll``); no activation or BN-input capture."""
+        ``gradient(x01[r], labels, names=names)``. One-step updates only (not ``unroll``); no activation or BN-input
+        capture."""
         if self.unroll:
             raise ValueError("batched restarts do not unroll local steps")
-        names = self.target.names
+        names = self.target.names if names is None else names
         model = self._restart_model
         matched = {k: self.params[k] for k in names}
         fixed = {k: p for k, p in self.params.items() if k not in matched}

@@ -30,9 +30,9 @@ import math
 import torch
 
 from fedaudit.attacks import ATTACKS
-from fedaudit.attacks.base import OptimizationAttack, total_variation
+from fedaudit.attacks.base import OptimizationAttack, total_variation, total_variation_rows
 from fedaudit.attacks.bn_prior import bn_options
-from fedaudit.attacks.objectives import cosine_distance, squared_norm
+from fedaudit.attacks.objectives import cosine_distance, cosine_distance_rows, squared_norm
 from fedaudit.methods import MethodOption
 from fedaudit.models.normalize import denormalize, normalize
 
@@ -47,9 +47,13 @@ def matched_count(n: int, it: int, total: int, start: float, grow: float, final:
     return min(last, first + round(grow * n) * ((it + 1) // period))  # the code widens after iteration 499, 999...
 
 
-def quantized_sign(g: torch.Tensor) -> torch.Tensor:
-    """The code's 'hard_quantify': +-0.2 below a quarter of the median |g|, +-0.6 below 3/4, +-1 above."""
-    m = g.abs().median()
+def quantized_sign(g: torch.Tensor, rows: bool = False) -> torch.Tensor:
+    """The code's 'hard_quantify': +-0.2 below a quarter of the median |g|, +-0.6 below 3/4, +-1 above. ``rows``:
+    each restart of a stacked [R, ...] gradient against its own median."""
+    if rows:
+        m = g.flatten(1).abs().median(1).values.view(-1, *[1] * (g.dim() - 1))
+    else:
+        m = g.abs().median()
     q = torch.clamp(torch.round(2 * g / (m + 1e-10)) / 2, -1, 1)
     return 0.8 * q + 0.2 * g.sign()
 
@@ -95,18 +99,25 @@ class HFGI(OptimizationAttack):
     def init_state(self, gen):
         return {"x": torch.randn(self.shape, generator=gen).to(self.engine.device).requires_grad_(True)}
 
+    def _targets(self, names: list[str], gen: torch.Generator | None) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
+        """The target tensors of ``names`` and this iteration's dropout masks (None without dropout): dropped
+        entries are zeroed in both gradients (a product, not a gather)."""
+        index = {k: i for i, k in enumerate(self.engine.target.names)}
+        t = [self.engine.target.tensors[index[k]] for k in names]
+        if self.opts["dropout"] <= 0 or gen is None:
+            return t, None
+        masks = [(torch.rand(b.shape, generator=gen).to(b.device) > self.opts["dropout"]).to(b.dtype) for b in t]
+        return [b * m for b, m in zip(t, masks)], masks
+
     def objective(self, xn: torch.Tensor, it: int, gen: torch.Generator | None) -> torch.Tensor:
         o, total = self.opts, self.iterations
         names = self.matched(it)
         use_bn = bool(self.bn_targets) and o["bn"] > 0 and it >= o["bn-start"] * total
         captured = self.bn_inputs() if use_bn else None
         g = self.engine.gradient(denormalize(xn, self.tm.spec), self.labels, names=names, bn_inputs=captured)
-        index = {k: i for i, k in enumerate(self.engine.target.names)}
-        t = [self.engine.target.tensors[index[k]] for k in names]
-        if o["dropout"] > 0 and gen is not None:  # dropped entries are zeroed in both (a product, not a gather)
-            masks = [(torch.rand(a.shape, generator=gen).to(a.device) > o["dropout"]).to(a.dtype) for a in g]
+        t, masks = self._targets(names, gen)
+        if masks is not None:
             g = [a * m for a, m in zip(g, masks)]
-            t = [b * m for b, m in zip(t, masks)]
         with torch.no_grad():
             t_norm = squared_norm(t).sqrt()
         loss = cosine_distance(g, t, t_norm)  # per tensor, no concatenation (fedaudit/attacks/objectives.py)
@@ -114,19 +125,47 @@ class HFGI(OptimizationAttack):
             loss = loss + o["tv"] * total_variation(xn)
         return loss + self.bn_term(captured, BN_FIRST_WEIGHTS)
 
+    def _step(self, g: torch.Tensor, it: int, rows: bool = False) -> torch.Tensor:
+        mode = self.opts["step-rule"]
+        if mode == "quantized":
+            g = quantized_sign(g, rows)
+        elif mode == "sign":
+            g = g.sign()
+        if it < math.ceil(self.opts["boost"] * self.iterations):
+            g = 2 * g
+        return g
+
     def closure(self, state, it):
         xn = state["x"]
         gen = torch.Generator().manual_seed(1_000_003 + it)  # the dropout mask depends on the iteration only: resumable
         loss = self.objective(xn, it, gen)
         (g,) = torch.autograd.grad(loss, [xn])
-        mode = self.opts["step-rule"]
-        if mode == "quantized":
-            g = quantized_sign(g)
-        elif mode == "sign":
-            g = g.sign()
-        if it < math.ceil(self.opts["boost"] * self.iterations):
-            g = 2 * g
-        xn.grad = g
+        xn.grad = self._step(g, it)
+        return loss.detach()
+
+    def why_not_batched(self):
+        if self.bn_targets and self.opts["bn"] > 0:
+            return "the BN-statistic prior (--bn-stats) runs restarts one after another"
+        if self.engine.unroll:
+            return "--multi-step unroll runs restarts one after another"
+        return None
+
+    def batched_closure(self, state, it):
+        """``closure`` for stacked restarts: the same layers and dropout masks for every restart (both depend on the
+        iteration only), each restart's own cosine, TV and quantised step."""
+        xn, o = state["x"], self.opts  # [R, B, C, H, W], normalised
+        names = self.matched(it)
+        g = self.engine.batched_gradient(denormalize(xn, self.tm.spec), self.labels, names)
+        t, masks = self._targets(names, torch.Generator().manual_seed(1_000_003 + it))
+        if masks is not None:
+            g = [a * m for a, m in zip(g, masks)]  # one mask per tensor, broadcast over the restarts
+        with torch.no_grad():
+            t_norm = squared_norm(t).sqrt()
+        loss = cosine_distance_rows(g, t, t_norm)
+        if o["tv"] and it >= o["tv-start"] * self.iterations:
+            loss = loss + o["tv"] * total_variation_rows(xn)
+        (grad,) = torch.autograd.grad(loss.sum(), [xn])
+        xn.grad = self._step(grad, it, rows=True)
         return loss.detach()
 
     def project(self, state):
