@@ -113,6 +113,26 @@ def test_auto_by_evidence_on_a_fedavg_delta_beats_the_rules(digits):
     assert sum(ev_acc) >= sum(rules_acc) + 0.10, (ev_acc, rules_acc)
 
 
+def test_auto_sends_a_two_class_fedavg_delta_to_llg(digits):
+    """A non-IID client (two classes) with K = 4 steps at lr 0.01: two negative output-bias entries route the hybrid
+    strategy to LLG, which is more accurate there than the evidence's choice."""
+    x, y, aux = digits
+    routed, evidence = [], []
+    for trial in range(2):
+        g = torch.Generator().manual_seed(20 + trial)
+        a, b = torch.randperm(10, generator=g)[:2].tolist()
+        pools = [torch.nonzero(y == c).flatten() for c in (a, b)]
+        idx = torch.cat([p[torch.randperm(len(p), generator=g)[:32]] for p in pools])
+        idx = idx[torch.randperm(64, generator=g)]
+        tm = _tm(x[idx], y[idx], CaptureConfig(batch_size=16, local_steps=4, lr=0.01, kind="delta", bn_mode="eval"))
+        chosen = LabelJob(Session(aux=aux), tm, "auto").result()
+        assert chosen.diagnostics["strategy"] == "hybrid, few classes" and chosen.diagnostics["chosen"] == "llg"
+        assert chosen.diagnostics["negative_bias_entries"] <= 2
+        routed.append(_insacc(chosen, y[idx]))
+        evidence.append(_insacc(LabelJob(Session(aux=aux), tm, "auto", {"strategy": "evidence"}).result(), y[idx]))
+    assert sum(routed) >= sum(evidence) + 0.05, (routed, evidence)  # 82% against 78% on these batches
+
+
 def test_rlu_cli_runs_and_says_when_it_cannot_apply(cli, tmp_path):
     ckpt, upd, truth = sample("lenet_fedavg_k3")
     r = cli("labels", "rlu", ckpt, upd, "--dummy", "--truth", truth, "--trajectory", "simulate", "-q")

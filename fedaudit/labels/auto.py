@@ -1,7 +1,9 @@
 """``auto``: the label method whose counts best explain this update, every candidate and its score reported.
 
 ``--strategy hybrid`` (default): the rules below where they are near exact (one local step and input-independent
-outputs: random-init models), the evidence elsewhere (several local steps, or trained-like outputs). Where the
+outputs: random-init models), the evidence elsewhere (several local steps, or trained-like outputs), except for a
+batch of at most two classes by the signs of the output bias gradient, which goes to LLG (the evidence follows RLU,
+which trails LLG there; docs/results/labels.md). Where the
 rules apply, bias-count is kept unless ZLG's or iLRG's raw counts lie clearly closer to their integer counts (a
 truth-free check of each method's assumption on this batch; docs/methods/labels.md). Measured on
 MNIST LeNet/ConvNet rows (docs/results/labels.md) the evidence alone loses up to 9 points to the rules at random
@@ -37,6 +39,10 @@ SPREAD_THRESHOLD = 0.3
 # hybrid, one step at random init: leave the rules' choice only for a candidate whose raw counts are at most this
 # fraction of its distance from their integers (a close call went wrong on a 4-digit weights upload)
 MARGIN = 0.5
+# hybrid, elsewhere: at most this many negative output-bias-gradient entries (the classes whose share of the batch
+# exceeds their mean predicted probability: iDLG's set) reads as a non-IID batch of few classes, where LLG is the
+# most accurate method (docs/results/labels.md); more goes to the evidence score
+FEW_CLASSES = 2
 UNTRAINED = ("bias-count", "zlg", "ilrg", "llg", "hfgi", "fedleak", "gdbr")
 TRAINED = ("llg", "hfgi", "zlg", "bias-count", "ilrg", "fedleak", "gdbr")
 # evidence candidates, in tie-break order (the exact-at-random-init methods first)
@@ -120,6 +126,10 @@ class Auto(LabelMethod):
                 result = self._by_integrality(tm, session, spread)
                 if result is not None:
                     return result
+            if not rules_exact and not exact:
+                result = self._few_classes(tm, session, spread)
+                if result is not None:
+                    return result
             strategy = "rules" if rules_exact else "evidence"
         if strategy == "evidence" and not exact:
             result = self._by_evidence(tm, session, spread)
@@ -160,6 +170,24 @@ class Auto(LabelMethod):
                               "aux": sub.aux.kind if sub.aux else None,
                               "candidates": [{"method": n, "distance_to_integers": sc, "counts": r.counts_int.tolist()}
                                              for (n, r, _, _), sc in zip(runs, scores)],
+                              **result.diagnostics}
+        return result
+
+    def _few_classes(self, tm: ThreatModel, session: Session, spread: float | None) -> LabelResult | None:
+        """Several local steps or trained-like outputs, and a batch of at most FEW_CLASSES classes by the signs of the
+        output bias gradient: LLG (it led RLU, which the evidence follows, on such batches; docs/results/labels.md)."""
+        gb = tm.final_bias_grad
+        if gb is None:
+            return None
+        negative = int((gb < 0).sum())
+        if negative == 0 or negative > FEW_CLASSES:
+            return None
+        runs, _ = _run_each(tm, session, ("llg",))
+        if not runs:
+            return None
+        name, result, sub, _ = runs[0]
+        result.diagnostics = {"chosen": name, "strategy": "hybrid, few classes", **self._regime(spread),
+                              "negative_bias_entries": negative, "aux": sub.aux.kind if sub.aux else None,
                               **result.diagnostics}
         return result
 
