@@ -15,7 +15,6 @@ Writes benchmarks/results/attack_cost.md and attack_cost.json.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -23,11 +22,8 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import RESULTS, forward_backward_seconds, threat_model
-from fedaudit.client.capture import CaptureConfig
-from fedaudit.data.offline import CIFAR10_MEAN, CIFAR10_STD, cifar10_samples
+from benchmarks.common import RESULTS, cifar_update, forward_backward_seconds, write_results
 from fedaudit.jobs import ReconstructJob, Session
-from fedaudit.models import ModelSpec, build_model
 
 CASES = (("lenet", 1, 60), ("resnet18", 4, 8), ("resnet18", 16, 6))  # (architecture, B, iterations per run)
 ATTACKS = ("ig", "fedleak", "fedleak-dip", "hfgi", "gradinversion")
@@ -48,16 +44,10 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    x_all, y_all, _ = cifar10_samples()
     rows = []
     for arch, b, iterations in CASES[:1] if args.quick else CASES:
-        spec = ModelSpec(arch, 10, (3, 32, 32), CIFAR10_MEAN, CIFAR10_STD, {})
-        torch.manual_seed(0)
-        model = build_model(spec)
-        x, y = x_all[:b], y_all[:b]
-        tm = threat_model(spec, model, x, y, CaptureConfig(batch_size=b, bn_mode="train" if b > 1 else "eval"))
-        labels = [int(v) for v in y]
-        fb = forward_backward_seconds(model, spec, x, y, repeats=5, warmup=1)
+        spec, model, x, labels, tm = cifar_update(arch, b)
+        fb = forward_backward_seconds(model, spec, x, torch.tensor(labels), repeats=5, warmup=1)
         times: dict[str, list[float]] = {a: [] for a in ATTACKS}
         for a in ATTACKS:  # warm-up (first-call allocations, lazy imports): not timed
             seconds_per_iteration(tm, a, labels, 2)
@@ -69,16 +59,12 @@ def main(argv=None) -> int:
         med = {a: statistics.median(v) for a, v in times.items()}
         rows.append({"arch": arch, "B": b, "iterations": iterations, "forward_backward_s": fb, "s_per_iter": med,
                      "all": times, "ratio_to_ig": {a: med[a] / med["ig"] for a in ATTACKS}})
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "attack_cost.json").write_text(json.dumps({"rows": rows, "threads": 1, "torch": torch.__version__}, indent=1))
     lines = ["| case | " + " | ".join(ATTACKS) + " |", "|---|" + "---|" * len(ATTACKS)]
     for r in rows:
         lines.append(f"| {r['arch']} B = {r['B']} | " + " | ".join(
             f"{r['s_per_iter'][a] * 1000:.1f} ms ({r['ratio_to_ig'][a]:.2f}x IG, {r['s_per_iter'][a] / r['forward_backward_s']:.1f} fb)"
             for a in ATTACKS) + " |")
-    text = "\n".join(lines) + "\n"
-    (args.out / "attack_cost.md").write_text(text)
-    print(text)
+    write_results(args.out, "attack_cost", {"rows": rows, "threads": 1, "torch": torch.__version__}, "\n".join(lines) + "\n")
     return 0
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import time
 from pathlib import Path
 
@@ -11,12 +12,12 @@ import torch
 import torch.nn.functional as F
 
 from fedaudit.client.capture import CaptureConfig, capture_update
-from fedaudit.data.offline import mnist_digits
+from fedaudit.data.offline import CIFAR10_MEAN, CIFAR10_STD, cifar10_samples, mnist_digits
 from fedaudit.io.checkpoint import Checkpoint
 from fedaudit.metrics.matching import best_match, match
 from fedaudit.metrics.psnr import psnr
 from fedaudit.metrics.ssim import ssim
-from fedaudit.models import ModelSpec
+from fedaudit.models import ModelSpec, build_model
 from fedaudit.models.normalize import normalize
 from fedaudit.threat_model import ThreatModel
 
@@ -29,6 +30,26 @@ def threat_model(spec: ModelSpec, model: torch.nn.Module, x: torch.Tensor, y: to
     """The ThreatModel a server gets from files, built in memory (no disk round trip per trial)."""
     cap = capture_update(model, spec, x, y, cfg)
     return ThreatModel.from_tensors(Checkpoint.in_memory(spec, model), cap.tensors, cap.meta)
+
+
+def cifar_update(arch: str, b: int):
+    """The seeded (0) random-init ``arch`` for 32 px CIFAR-10 and the FedSGD gradient of foolbox's first ``b`` CIFAR-10
+    test images (BN in train mode for b > 1): (spec, model, images, labels as a list, threat model)."""
+    x_all, y_all, _ = cifar10_samples()
+    spec = ModelSpec(arch, 10, (3, 32, 32), CIFAR10_MEAN, CIFAR10_STD, {})
+    torch.manual_seed(0)
+    model = build_model(spec)
+    x, y = x_all[:b], y_all[:b]
+    tm = threat_model(spec, model, x, y, CaptureConfig(batch_size=b, bn_mode="train" if b > 1 else "eval"))
+    return spec, model, x, [int(v) for v in y], tm
+
+
+def write_results(out: Path, name: str, doc: dict, table: str) -> None:
+    """OUT/NAME.json (the raw rows) and OUT/NAME.md (the table), and the table on stdout."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps(doc, indent=1))
+    (out / f"{name}.md").write_text(table)
+    print(table)
 
 
 def mnist_split(seed=0):

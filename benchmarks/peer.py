@@ -18,7 +18,6 @@ of the batch. Writes benchmarks/results/peer.md and peer.json.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -26,11 +25,9 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import RESULTS, forward_backward_seconds, score, threat_model
-from fedaudit.client.capture import CaptureConfig
-from fedaudit.data.offline import CIFAR10_MEAN, CIFAR10_STD, cifar10_samples
+from benchmarks.common import RESULTS, cifar_update, forward_backward_seconds, score, write_results
+from fedaudit.data.offline import CIFAR10_STD
 from fedaudit.jobs import ReconstructJob, Session
-from fedaudit.models import ModelSpec, build_model
 
 CASES = (("lenet", 1, 300), ("resnet18", 4, 40), ("resnet18", 16, 12))  # (architecture, B, iterations)
 
@@ -74,19 +71,13 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    x_all, y_all, _ = cifar10_samples()
     cases = ((CASES[0][0], 1, 100),) if args.quick else CASES
     rounds = 2 if args.quick else args.rounds
     s = statistics.mean(CIFAR10_STD)
     rows = []
     for arch, b, iterations in cases:
-        spec = ModelSpec(arch, 10, (3, 32, 32), CIFAR10_MEAN, CIFAR10_STD, {})
-        torch.manual_seed(0)
-        model = build_model(spec)
-        x, y = x_all[:b], y_all[:b]
-        cfg = CaptureConfig(batch_size=b, bn_mode="train" if b > 1 else "eval")
-        tm = threat_model(spec, model, x, y, cfg)
-        labels = [int(v) for v in y]
+        spec, model, x, labels, tm = cifar_update(arch, b)
+        y = torch.tensor(labels)
         fb = forward_backward_seconds(model, spec, x, y, repeats=5, warmup=1)
         runs: dict[str, list[tuple[float, float]]] = {"fedaudit (aligned)": [], "breaching": [], "fedaudit (defaults)": []}
         for r in range(rounds):
@@ -104,8 +95,6 @@ def main(argv=None) -> int:
                       "psnr": [p for _, p in v]}
         row["ratio"] = row["fedaudit (aligned)"]["s_per_iter"] / row["breaching"]["s_per_iter"]
         rows.append(row)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "peer.json").write_text(json.dumps({"rows": rows, "threads": 1, "torch": torch.__version__}, indent=1))
     lines = ["| case | iterations | fedaudit s/iter | breaching s/iter | ratio | x forward+backward | PSNR fedaudit "
              "(aligned) | PSNR breaching | PSNR fedaudit (defaults) |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -114,9 +103,7 @@ def main(argv=None) -> int:
         lines.append(f"| {r['arch']} B = {r['B']} | {r['iterations']} | {fa['s_per_iter'] * 1000:.1f} ms | "
                      f"{br['s_per_iter'] * 1000:.1f} ms | {r['ratio']:.2f} | {fa['s_per_iter'] / r['forward_backward_s']:.1f} | "
                      f"{p(fa)} | {p(br)} | {p(fd)} |")
-    text = "\n".join(lines) + "\n"
-    (args.out / "peer.md").write_text(text)
-    print(text)
+    write_results(args.out, "peer", {"rows": rows, "threads": 1, "torch": torch.__version__}, "\n".join(lines) + "\n")
     return 0
 
 

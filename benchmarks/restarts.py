@@ -14,7 +14,6 @@ Writes benchmarks/results/restarts.md and restarts.json.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -22,11 +21,8 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import RESULTS, threat_model
-from fedaudit.client.capture import CaptureConfig
-from fedaudit.data.offline import CIFAR10_MEAN, CIFAR10_STD, cifar10_samples
+from benchmarks.common import RESULTS, cifar_update, write_results
 from fedaudit.jobs import ReconstructJob, Session
-from fedaudit.models import ModelSpec, build_model
 
 CASES = (("lenet", 1, 100, (1, 8, 32)), ("resnet18", 4, 6, (1, 8)))  # (architecture, B, iterations, restart counts)
 
@@ -57,15 +53,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    x_all, y_all, _ = cifar10_samples()
     rows = []
     for arch, b, iterations, counts in CASES[:1] if args.quick else CASES:
-        spec = ModelSpec(arch, 10, (3, 32, 32), CIFAR10_MEAN, CIFAR10_STD, {})
-        torch.manual_seed(0)
-        model = build_model(spec)
-        x, y = x_all[:b], y_all[:b]
-        tm = threat_model(spec, model, x, y, CaptureConfig(batch_size=b, bn_mode="train" if b > 1 else "eval"))
-        labels = [int(v) for v in y]
+        _, _, _, labels, tm = cifar_update(arch, b)
         run(tm, labels, 2, 2, 0, args.device)  # warm-up: not timed
         times: dict[tuple[int, str], list[float]] = {}
         same = {}
@@ -91,16 +81,12 @@ def main(argv=None) -> int:
                 row["same_best_restart"] = bs == bb
                 row["distance_rel_diff"] = abs(ds - db) / max(abs(ds), 1e-30)
             rows.append(row)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "restarts.json").write_text(json.dumps({"rows": rows, "device": args.device, "threads": 1,
-                                                        "torch": torch.__version__}, indent=1))
     lines = ["| case | R | sequential | batched | same best restart |", "|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['arch']} B = {r['B']}, {r['iterations']} it | {r['restarts']} | {_cell(r, 'sequential')} | "
                      f"{_cell(r, 'batched')} | {r.get('same_best_restart', '-')} |")
-    text = "\n".join(lines) + "\n"
-    (args.out / "restarts.md").write_text(text)
-    print(text)
+    write_results(args.out, "restarts", {"rows": rows, "device": args.device, "threads": 1, "torch": torch.__version__},
+                  "\n".join(lines) + "\n")
     return 0
 
 
