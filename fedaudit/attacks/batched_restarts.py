@@ -22,16 +22,12 @@ from __future__ import annotations
 import functools
 import math
 import time
-from typing import TYPE_CHECKING
 
 import torch
 
 from fedaudit.attacks.base import OptimizationAttack, lr_factor
+from fedaudit.attacks.run_state import Best, LoopConfig, LoopResult, finite, images_or_none, pixel_change, progress_bar
 from fedaudit.errors import RuntimeFailure
-
-if TYPE_CHECKING:
-    from fedaudit.attacks.loop import LoopConfig, LoopResult
-
 
 CPU_BATCH_MAX_PARAMETERS = 1_000_000
 
@@ -62,15 +58,13 @@ def _is_oom(exc: BaseException) -> bool:
 
 
 def optimize_batched(attack: OptimizationAttack, cfg: LoopConfig) -> LoopResult:
-    from fedaudit.attacks import loop
-
     t0 = time.perf_counter()
     attack.iterations = cfg.iterations
     size = cfg.restarts if cfg.restart_batch <= 0 else min(cfg.restart_batch, cfg.restarts)
-    best, history, diverged, finals, batches = loop._Best(), [], [], {}, []
+    best, history, diverged, finals, batches = Best(), [], [], {}, []
     iterations_run, interrupted, first = 0, False, 0
     log_every = max(1, cfg.iterations // 200)
-    with loop._progress(cfg.quiet) as progress:
+    with progress_bar(cfg.quiet) as progress:
         task = progress.add_task(attack.name, total=cfg.iterations * cfg.restarts, loss="-")
         while first < cfg.restarts and not interrupted:
             group = list(range(first, min(first + size, cfg.restarts)))
@@ -92,22 +86,22 @@ def optimize_batched(attack: OptimizationAttack, cfg: LoopConfig) -> LoopResult:
                 if restart in dead:
                     continue
                 state = {k: v[i].detach() for k, v in states.items()}
-                if not loop._finite(state):
+                if not finite(state):
                     continue
                 d = attack.distance(state)
-                final = loop._images_or_none(attack, state)
+                final = images_or_none(attack, state)
                 if final is not None and math.isfinite(d):
                     finals[restart] = final.cpu()
                 if math.isfinite(d) and d < best.distance:
                     images = attack.images(state)
-                    best = loop._Best(d, images, attack.recovered_labels(state), restart,
-                                      {k: v.clone() for k, v in state.items()}, loop._movement(images, starts[i]))
+                    best = Best(d, images, attack.recovered_labels(state), restart,
+                                      {k: v.clone() for k, v in state.items()}, pixel_change(images, starts[i]))
             first += len(group)
     if best.images is None or best.labels is None:
         if interrupted:
             raise KeyboardInterrupt
         raise RuntimeFailure(f"{attack.name}: every restart diverged (non-finite loss); try a smaller --lr")
-    return loop.LoopResult(best.images, best.labels, best.distance, best.restart, iterations_run, interrupted,
+    return LoopResult(best.images, best.labels, best.distance, best.restart, iterations_run, interrupted,
                            sorted(diverged), history, time.perf_counter() - t0, None,
                            attack.extras(best.state) if best.state else {}, best.movement, finals, batches)
 
@@ -115,10 +109,8 @@ def optimize_batched(attack: OptimizationAttack, cfg: LoopConfig) -> LoopResult:
 def _run_group(attack, cfg, group, progress, task, log_every):
     """Optimise the restarts in ``group`` as one stacked batch; (states, start images, diverged, iterations, history,
     interrupted)."""
-    from fedaudit.attacks import loop
-
     singles = [attack.init_state(torch.Generator().manual_seed(cfg.seed * 10_007 + r)) for r in group]
-    starts = [loop._images_or_none(attack, s) for s in singles]
+    starts = [images_or_none(attack, s) for s in singles]
     states = {k: torch.stack([s[k].detach() for s in singles]).requires_grad_(True) for k in singles[0]}
     opt = attack.optimizer(states, cfg.lr)
     progress.update(task, description=f"{attack.name} restarts {group[0] + 1}-{group[-1] + 1}/{cfg.restarts} (one batch)")

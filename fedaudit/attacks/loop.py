@@ -23,75 +23,27 @@ import functools
 import json
 import math
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import torch
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from fedaudit.attacks import batched_restarts
 from fedaudit.attacks.base import OptimizationAttack, lr_factor
+from fedaudit.attacks.run_state import (  # noqa: F401  (LoopConfig, LoopResult, BARELY_MOVED: the loop's API)
+    BARELY_MOVED,
+    Best,
+    LoopConfig,
+    LoopResult,
+    finite,
+    images_or_none,
+    pixel_change,
+    progress_bar,
+)
 from fedaudit.errors import InputError, RuntimeFailure
 from fedaudit.io.files import read_safetensors, write_safetensors
 
-BARELY_MOVED = 0.05  # mean |pixel change| (on [0,1]) below which a run "barely moved from its initialisation"
 
-
-@dataclass
-class LoopConfig:
-    iterations: int
-    restarts: int = 1
-    lr: float = 0.1
-    schedule: str = "step"
-    seed: int = 0
-    checkpoint_every: int = 0
-    checkpoint_path: Path | None = None
-    resume: Path | None = None
-    quiet: bool = False
-    fingerprint: str = ""  # attack + options + update hash; a checkpoint only resumes the same run
-    monitor: Callable[[OptimizationAttack, dict, int, int], bool | None] | None = None
-    monitor_every: int = 0
-    restart_batch: int = 0  # restarts per stacked batch: 0 = all at once (halved while memory runs out), 1 = sequential
-
-
-@dataclass
-class LoopResult:
-    images: torch.Tensor
-    labels: list[int]
-    distance: float
-    best_restart: int
-    iterations_run: int
-    interrupted: bool = False
-    diverged_restarts: list[int] = field(default_factory=list)
-    history: list[tuple[int, int, float]] = field(default_factory=list)  # (restart, iteration, loss)
-    seconds: float = 0.0
-    resumed_from: dict | None = None
-    extras: dict = field(default_factory=dict)  # the attack's extras() for the best restart
-    movement: float | None = None  # mean |pixel change| of the best restart's images from their initialisation
-    # every finished restart's final images (restart index -> images): the truth-free restart agreement
-    # (fedaudit/verdict/reconstruction.py) compares them; restarts before a resume are not kept
-    restart_images: dict[int, torch.Tensor] = field(default_factory=dict)
-    restart_batches: list[int] = field(default_factory=list)  # sizes of the stacked restart batches run; [] = sequential
-    restarts_one_by_one: str | None = None  # why several restarts ran one after another (batched_restarts.why_not)
-
-    @property
-    def barely_moved(self) -> bool:
-        return self.movement is not None and self.movement < BARELY_MOVED
-
-
-@dataclass
-class _Best:
-    distance: float = math.inf
-    images: torch.Tensor | None = None
-    labels: list[int] | None = None
-    restart: int = -1
-    state: dict = field(default_factory=dict)  # the best restart's variables (extras() is computed from them)
-    movement: float | None = None
-
-
-def _save_checkpoint(cfg: LoopConfig, path: Path, state, opt, best: _Best, restart: int, it: int, history) -> None:
+def _save_checkpoint(cfg: LoopConfig, path: Path, state, opt, best: Best, restart: int, it: int, history) -> None:
     tensors = {f"state.{k}": v.detach() for k, v in state.items()}
     opt_scalars = {}
     if isinstance(opt, torch.optim.Adam):
@@ -122,7 +74,7 @@ def _load_checkpoint(cfg: LoopConfig, path: Path):
         raise InputError(f"{str(path)!r} was written by a different attack, options or update; it cannot resume this run")
     pos = json.loads(meta["fedaudit.position"])
     b = json.loads(meta["fedaudit.best"])
-    best = _Best(b["distance"] if b["distance"] is not None else math.inf, tensors.get("best.images"), b["labels"], b["restart"],
+    best = Best(b["distance"] if b["distance"] is not None else math.inf, tensors.get("best.images"), b["labels"], b["restart"],
                  {k[len("beststate."):]: v for k, v in tensors.items() if k.startswith("beststate.")}, b.get("movement"))
     return pos, best, tensors, json.loads(meta["fedaudit.opt_scalars"]), [tuple(h) for h in json.loads(meta["fedaudit.history"])]
 
@@ -136,36 +88,13 @@ def _restore_adam(opt, tensors, scalars):
     opt.load_state_dict(sd)
 
 
-def _progress(quiet: bool) -> Progress:
-    """A transient bar on stderr, only on a terminal (piped, it would leave a blank line and nothing useful)."""
-    console = Console(stderr=True)
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                    TextColumn("loss {task.fields[loss]}"), console=console, transient=True,
-                    redirect_stdout=False, redirect_stderr=False, disable=quiet or not console.is_terminal)
-
-
-def _images_or_none(attack: OptimizationAttack, state) -> torch.Tensor | None:
-    images = attack.images(state).detach()
-    return images.clone() if images.numel() else None
-
-
-def _movement(images: torch.Tensor, start: torch.Tensor | None) -> float | None:
-    if start is None or images.shape != start.shape or not images.numel():
-        return None
-    return float((images.detach() - start.to(images.device)).abs().mean())
-
-
-def _finite(state) -> bool:
-    return all(torch.isfinite(v).all() for v in state.values())
-
-
 def optimize(attack: OptimizationAttack, cfg: LoopConfig) -> LoopResult:
     one_by_one = batched_restarts.why_not(attack, cfg)
     if one_by_one is None:
         return batched_restarts.optimize_batched(attack, cfg)
     t0 = time.perf_counter()
     attack.iterations = cfg.iterations  # for attacks whose schedule is relative to the budget (HFGI)
-    best, history, diverged = _Best(), [], []
+    best, history, diverged = Best(), [], []
     finals: dict[int, torch.Tensor] = {}
     start_restart, start_it, resumed, saved = 0, 0, None, None
     if cfg.resume is not None:
@@ -175,13 +104,13 @@ def optimize(attack: OptimizationAttack, cfg: LoopConfig) -> LoopResult:
         torch.set_rng_state(saved["rng"])
     iterations_run, interrupted = 0, False
     log_every = max(1, cfg.iterations // 200)
-    with _progress(cfg.quiet) as progress:
+    with progress_bar(cfg.quiet) as progress:
         task = progress.add_task(attack.name, total=cfg.iterations * (cfg.restarts - start_restart), loss="-")
         progress.advance(task, start_it)
         for restart in range(start_restart, cfg.restarts):
             gen = torch.Generator().manual_seed(cfg.seed * 10_007 + restart)
             state = attack.init_state(gen)
-            start_images = _images_or_none(attack, state)  # before a resume overwrites the state: the true start
+            start_images = images_or_none(attack, state)  # before a resume overwrites the state: the true start
             opt = attack.optimizer(state, cfg.lr)
             first = 0
             if saved is not None and restart == start_restart:
@@ -199,7 +128,7 @@ def optimize(attack: OptimizationAttack, cfg: LoopConfig) -> LoopResult:
                         group["lr"] = cfg.lr * lr_factor(cfg.schedule, it, cfg.iterations)
                     loss = opt.step(functools.partial(attack.closure, state, it))
                     loss = float(loss) if loss is not None else math.nan
-                    if not math.isfinite(loss) or not _finite(state):
+                    if not math.isfinite(loss) or not finite(state):
                         diverged.append(restart)
                         break
                     attack.project(state)
@@ -215,15 +144,15 @@ def optimize(attack: OptimizationAttack, cfg: LoopConfig) -> LoopResult:
                             break
             except KeyboardInterrupt:
                 interrupted = True
-            if restart not in diverged and _finite(state):
+            if restart not in diverged and finite(state):
                 d = attack.distance(state)
-                final = _images_or_none(attack, state)
+                final = images_or_none(attack, state)
                 if final is not None and math.isfinite(d):
                     finals[restart] = final.cpu()
                 if math.isfinite(d) and d < best.distance:
                     images = attack.images(state)
-                    best = _Best(d, images, attack.recovered_labels(state), restart,
-                                 {k: v.detach().clone() for k, v in state.items()}, _movement(images, start_images))
+                    best = Best(d, images, attack.recovered_labels(state), restart,
+                                 {k: v.detach().clone() for k, v in state.items()}, pixel_change(images, start_images))
             if interrupted:
                 break
             progress.advance(task, cfg.iterations - 1 - it)
