@@ -20,13 +20,12 @@ always batches.
 from __future__ import annotations
 
 import functools
-import math
 import time
 
 import torch
 
 from fedaudit.attacks.base import OptimizationAttack, lr_factor
-from fedaudit.attacks.run_state import Best, LoopConfig, LoopResult, finite, images_or_none, pixel_change, progress_bar
+from fedaudit.attacks.run_state import Best, LoopConfig, LoopResult, finite, images_or_none, progress_bar, score_restart
 from fedaudit.errors import RuntimeFailure
 
 CPU_BATCH_MAX_PARAMETERS = 1_000_000
@@ -61,7 +60,8 @@ def optimize_batched(attack: OptimizationAttack, cfg: LoopConfig) -> LoopResult:
     t0 = time.perf_counter()
     attack.iterations = cfg.iterations
     size = cfg.restarts if cfg.restart_batch <= 0 else min(cfg.restart_batch, cfg.restarts)
-    best, history, diverged, finals, batches = Best(), [], [], {}, []
+    best, history, diverged, batches = Best(), [], [], []
+    finals: dict[int, torch.Tensor] = {}
     iterations_run, interrupted, first = 0, False, 0
     log_every = max(1, cfg.iterations // 200)
     with progress_bar(cfg.quiet) as progress:
@@ -86,16 +86,8 @@ def optimize_batched(attack: OptimizationAttack, cfg: LoopConfig) -> LoopResult:
                 if restart in dead:
                     continue
                 state = {k: v[i].detach() for k, v in states.items()}
-                if not finite(state):
-                    continue
-                d = attack.distance(state)
-                final = images_or_none(attack, state)
-                if final is not None and math.isfinite(d):
-                    finals[restart] = final.cpu()
-                if math.isfinite(d) and d < best.distance:
-                    images = attack.images(state)
-                    best = Best(d, images, attack.recovered_labels(state), restart,
-                                      {k: v.clone() for k, v in state.items()}, pixel_change(images, starts[i]))
+                if finite(state):
+                    best = score_restart(attack, state, restart, starts[i], best, finals)
             first += len(group)
     if best.images is None or best.labels is None:
         if interrupted:

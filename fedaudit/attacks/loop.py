@@ -36,8 +36,8 @@ from fedaudit.attacks.run_state import (  # noqa: F401  (LoopConfig, LoopResult,
     LoopResult,
     finite,
     images_or_none,
-    pixel_change,
     progress_bar,
+    score_restart,
 )
 from fedaudit.errors import InputError, RuntimeFailure
 from fedaudit.io.files import read_safetensors, write_safetensors
@@ -145,14 +145,7 @@ def optimize(attack: OptimizationAttack, cfg: LoopConfig) -> LoopResult:
             except KeyboardInterrupt:
                 interrupted = True
             if restart not in diverged and finite(state):
-                d = attack.distance(state)
-                final = images_or_none(attack, state)
-                if final is not None and math.isfinite(d):
-                    finals[restart] = final.cpu()
-                if math.isfinite(d) and d < best.distance:
-                    images = attack.images(state)
-                    best = Best(d, images, attack.recovered_labels(state), restart,
-                                 {k: v.detach().clone() for k, v in state.items()}, pixel_change(images, start_images))
+                best = score_restart(attack, state, restart, start_images, best, finals)
             if interrupted:
                 break
             progress.advance(task, cfg.iterations - 1 - it)

@@ -91,3 +91,18 @@ def pixel_change(images: torch.Tensor, start: torch.Tensor | None) -> float | No
 
 def finite(state) -> bool:
     return all(torch.isfinite(v).all() for v in state.values())
+
+
+def score_restart(attack: OptimizationAttack, state: dict, restart: int, start_images: torch.Tensor | None, best: Best,
+                  finals: dict[int, torch.Tensor]) -> Best:
+    """Score a finished restart by the attack's gradient distance (never the truth): keep its final images in
+    ``finals`` (the restart agreement compares them) and return the better of it and ``best``."""
+    d = attack.distance(state)
+    final = images_or_none(attack, state)
+    if final is not None and math.isfinite(d):
+        finals[restart] = final.cpu()
+    if math.isfinite(d) and d < best.distance:
+        images = attack.images(state)
+        return Best(d, images, attack.recovered_labels(state), restart, {k: v.detach().clone() for k, v in state.items()},
+                    pixel_change(images, start_images))
+    return best
