@@ -94,8 +94,8 @@ def optimize_batched(attack: OptimizationAttack, cfg: LoopConfig) -> LoopResult:
             raise KeyboardInterrupt
         raise RuntimeFailure(f"{attack.name}: every restart diverged (non-finite loss); try a smaller --lr")
     return LoopResult(best.images, best.labels, best.distance, best.restart, iterations_run, interrupted,
-                           sorted(diverged), history, time.perf_counter() - t0, None,
-                           attack.extras(best.state) if best.state else {}, best.movement, finals, batches)
+                      sorted(diverged), history, time.perf_counter() - t0, None,
+                      attack.extras(best.state) if best.state else {}, best.movement, finals, batches)
 
 
 def _run_group(attack, cfg, group, progress, task, log_every):
