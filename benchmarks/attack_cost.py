@@ -41,29 +41,35 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--attacks", default=",".join(ATTACKS), help="comma list (ig is always timed: the reference)")
+    ap.add_argument("--cases", help="comma list of ARCH:B, e.g. resnet18:16 (default: all)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
+    attacks = ["ig"] + [a for a in args.attacks.split(",") if a != "ig"]
+    cases = CASES[:1] if args.quick else CASES
+    if args.cases:
+        cases = tuple(c for c in CASES if f"{c[0]}:{c[1]}" in args.cases.split(","))
     rows = []
-    for arch, b, iterations in CASES[:1] if args.quick else CASES:
+    for arch, b, iterations in cases:
         spec, model, x, labels, tm = cifar_update(arch, b)
         fb = forward_backward_seconds(model, spec, x, torch.tensor(labels), repeats=5, warmup=1)
-        times: dict[str, list[float]] = {a: [] for a in ATTACKS}
-        for a in ATTACKS:  # warm-up (first-call allocations, lazy imports): not timed
+        times: dict[str, list[float]] = {a: [] for a in attacks}
+        for a in attacks:  # warm-up (first-call allocations, lazy imports): not timed
             seconds_per_iteration(tm, a, labels, 2)
         for r in range(args.rounds):
-            for a in ATTACKS:
+            for a in attacks:
                 times[a].append(seconds_per_iteration(tm, a, labels, iterations))
             print(f"{arch} B={b} round {r}: " + ", ".join(f"{a} {v[-1] * 1000:.1f} ms" for a, v in times.items()),
                   file=sys.stderr, flush=True)
         med = {a: statistics.median(v) for a, v in times.items()}
         rows.append({"arch": arch, "B": b, "iterations": iterations, "forward_backward_s": fb, "s_per_iter": med,
-                     "all": times, "ratio_to_ig": {a: med[a] / med["ig"] for a in ATTACKS}})
-    lines = ["| case | " + " | ".join(ATTACKS) + " |", "|---|" + "---|" * len(ATTACKS)]
+                     "all": times, "ratio_to_ig": {a: med[a] / med["ig"] for a in attacks}})
+    lines = ["| case | " + " | ".join(attacks) + " |", "|---|" + "---|" * len(attacks)]
     for r in rows:
         lines.append(f"| {r['arch']} B = {r['B']} | " + " | ".join(
             f"{r['s_per_iter'][a] * 1000:.1f} ms ({r['ratio_to_ig'][a]:.2f}x IG, {r['s_per_iter'][a] / r['forward_backward_s']:.1f} fb)"
-            for a in ATTACKS) + " |")
+            for a in attacks) + " |")
     write_results(args.out, "attack_cost", {"rows": rows, "threads": 1, "torch": torch.__version__}, "\n".join(lines) + "\n")
     return 0
 

@@ -41,7 +41,9 @@ from fedaudit.models import ModelSpec, build_model
 from fedaudit.models.normalize import normalize
 
 METHODS = [m for m in LABEL_METHODS.names() if m != "auto"] + ["auto", "auto-rules"]
-PSEUDO = {"auto-rules": ("auto", {"strategy": "rules"})}  # auto with the earlier fixed preference order
+# auto with the earlier fixed preference order, with the evidence score alone, with the mean of the methods alone
+PSEUDO = {"auto-rules": ("auto", {"strategy": "rules"}), "auto-evidence": ("auto", {"strategy": "evidence"}),
+          "auto-ensemble": ("auto", {"strategy": "ensemble"})}
 SHAPE = (1, 32, 32)
 
 

@@ -8,7 +8,8 @@ same split: 3,500 train the "trained" models, 500 labelled aux digits, 1,000 vic
 init and after one epoch of Adam, ConvNet (width 16, BN in train mode) likewise. Each client runs K local SGD steps
 on K distinct batches of B (a delta upload; lr, momentum in its metadata). Batches: "random" (uniform over the pool)
 or "two-class" (two classes, half each: a non-IID client). Methods: every count method that applies, ``auto``
-(the default hybrid strategy) and ``auto-rules`` (the earlier fixed order), with the aux digits.
+(the default hybrid strategy), ``auto-rules`` (the earlier fixed order), ``auto-evidence`` (the evidence score alone)
+and ``auto-ensemble`` (the mean of the methods' counts alone), with the aux digits.
 Writes OUT/labels_fedavg.json and OUT/labels_fedavg.md.
 """
 
@@ -27,7 +28,7 @@ from benchmarks.labels import data, make_model, run_methods, train
 from fedaudit.client.capture import CaptureConfig
 from fedaudit.jobs import Aux
 
-METHODS = ["bias-count", "zlg", "ilrg", "llg", "llg-plus", "rlu", "auto", "auto-rules"]
+METHODS = ["bias-count", "zlg", "ilrg", "llg", "llg-plus", "rlu", "auto", "auto-rules", "auto-evidence", "auto-ensemble"]
 
 
 def victims(py: torch.Tensor, n: int, kind: str, g: torch.Generator) -> torch.Tensor:
@@ -90,7 +91,8 @@ def main(argv=None) -> int:
 
 def markdown(rows: list[dict]) -> str:
     names = [m for m in METHODS if any(m in r["InsAcc"] for r in rows)]
-    lines = ["InsAcc in % (mean over trials); best single method in bold; auto = hybrid strategy, auto-rules = fixed order.", "",
+    lines = ["InsAcc in % (mean over trials); best single method in bold; auto = hybrid strategy (the default), auto-rules = "
+             "fixed order, auto-evidence = evidence score alone, auto-ensemble = mean of the methods' counts alone.", "",
              "| model | state | K | lr | momentum | B | batch | " + " | ".join(names) + " |",
              "|---|---|---|---|---|---|---|" + "---|" * len(names)]
     for r in rows:

@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from fedaudit.attacks.fedleak import _sample_step, masked_l1_cosine, top_mask
+from fedaudit.attacks.fedleak import _kth_largest, _sample_step, masked_l1_cosine, top_mask
 from fedaudit.errors import InputError
 from fedaudit.models import ModelSpec, build_model
 
@@ -33,6 +33,14 @@ def test_top_mask_exact_keeps_the_top_ratio_of_each_tensor():
     both = torch.cat([g[0], 10 * g[1]]).abs()
     assert int(glob.sum()) == 1000 and both[glob.bool()].min() >= both[~glob.bool()].max()
     assert glob[1000:].sum() > 800  # the large tensor dominates a global top-50%
+
+
+def test_kth_largest_is_torch_kthvalue_on_strided_and_tied_inputs():
+    gen = torch.Generator().manual_seed(3)
+    for v in (torch.randn(10_001, generator=gen), torch.randn(9_000, generator=gen, dtype=torch.float64)[::7],
+              torch.randint(0, 5, (4_000,), generator=gen).float(), torch.tensor([2.0])):
+        for k in {1, max(1, v.numel() // 2), v.numel()}:
+            assert _kth_largest(v, k).item() == torch.kthvalue(v, v.numel() - k + 1).values.item()
 
 
 def test_top_mask_sampled_threshold_is_close_and_deterministic():

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from fedaudit.attacks import ATTACKS
@@ -63,7 +64,17 @@ def _threshold(v: torch.Tensor, ratio: float, sample: int) -> torch.Tensor:
     ResNet-10 on the CPU); with 65,536 samples the matched fraction is R +- 0.4% (2 sqrt(R(1-R)/n))."""
     v = v[:: _sample_step(v.numel(), sample)]
     k = max(1, int(round(ratio * v.numel())))
-    return torch.kthvalue(v, v.numel() - k + 1).values
+    return _kth_largest(v, k)
+
+
+def _kth_largest(v: torch.Tensor, k: int) -> torch.Tensor:
+    """The k-th largest entry of the flat ``v``. On the CPU numpy's introselect (``np.partition``) returns the same
+    order statistic as ``torch.kthvalue`` about five times faster (0.12 against 0.67 ms for 64k entries, one thread),
+    which matters because FedLeak takes one per tensor every iteration; elsewhere ``torch.kthvalue``."""
+    i = v.numel() - k
+    if v.device.type == "cpu" and v.dtype in (torch.float32, torch.float64) and not v.requires_grad:
+        return torch.as_tensor(np.partition(v.numpy(), i)[i])
+    return torch.kthvalue(v, i + 1).values
 
 
 def top_mask(g: list[torch.Tensor], ratio: float, scope: str, sample: int = 0) -> list[torch.Tensor]:
@@ -77,9 +88,10 @@ def top_mask(g: list[torch.Tensor], ratio: float, scope: str, sample: int = 0) -
             step = _sample_step(sum(v.numel() for v in a), sample)  # one stride: each tensor sampled in proportion
             pool = torch.cat([v.reshape(-1)[::step] for v in a])
             k = max(1, int(round(ratio * pool.numel())))
-            cut = torch.kthvalue(pool, pool.numel() - k + 1).values
-            return [(v >= cut).to(v.dtype) for v in a]
-        return [(v >= _threshold(v.reshape(-1), ratio, sample)).to(v.dtype) for v in a]
+            cut = _kth_largest(pool, k)
+            return [v.ge_(cut) for v in a]
+        # in place: |g| >= cut written over |g| as 0./1. (one pass, no bool tensor and no conversion)
+        return [v.ge_(_threshold(v.reshape(-1), ratio, sample)) for v in a]
 
 
 def _sums(terms: list[torch.Tensor]) -> torch.Tensor:
@@ -113,10 +125,16 @@ class MaskedL1Cosine(torch.autograd.Function):
         n = ctx.n
         saved = ctx.saved_tensors
         gm, diff, um, (count, dot, na, den) = saved[:n], saved[n:2 * n], saved[2 * n:3 * n], saved[3 * n:]
+        a, b, c = grad / count, -grad / den, grad * dot / (den * na.square().clamp_min(1e-30))
         out = torch._foreach_sign(diff)
-        torch._foreach_mul_(out, grad / count)
-        torch._foreach_add_(out, torch._foreach_mul(um, -grad / den))
-        torch._foreach_add_(out, torch._foreach_mul(gm, grad * dot / (den * na.square().clamp_min(1e-30))))
+        if diff[0].is_cuda:  # tensor scalars: no host sync
+            torch._foreach_mul_(out, a)
+            torch._foreach_add_(out, torch._foreach_mul(um, b))
+            torch._foreach_add_(out, torch._foreach_mul(gm, c))
+        else:  # on the CPU, scalar ``alpha`` fuses each product into its add: two passes and two copies fewer
+            torch._foreach_mul_(out, a.item())
+            torch._foreach_add_(out, um, alpha=b.item())
+            torch._foreach_add_(out, gm, alpha=c.item())
         return (None, *out) + (None,) * (2 * n + 2)
 
 

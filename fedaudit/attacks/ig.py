@@ -9,6 +9,11 @@ therefore about 4x breaching's step and a quarter of its TV; ``--lr 0.025 --tv 0
 CIFAR-normalised models. They are kept because the default budget is 4,000 iterations, not the paper's 24,000 (the
 schedule is relative to the budget), and every benchmark in docs/results and the frozen verdict rule
 (docs/methods/verdict.md) were measured with them; benchmarks/peer.py compares both settings.
+
+On larger images they are too rough: on AlexNet at 64 px, B = 16, at equal time (150 s, CPU) ``--lr 0.03 --tv 0.5``
+gained 1.4-1.6 dB, pretrained (13.13 against 11.52 dB, 7 against 6 of 16 images identified) and at random init
+(17.84 against 16.47 dB, 16 against 11 identified); one seed each (docs/results/pretrained.md). A reviewer auditing
+such a model should run both settings.
 """
 
 from __future__ import annotations
@@ -30,7 +35,8 @@ class InvertingGradients(OptimizationAttack):
     paper = "Geiping et al. 2020, Inverting Gradients"
     defaults = {"iterations": 4000, "lr": 0.1, "schedule": "step", "restarts": 1}
     options = (
-        MethodOption("tv", float, 0.2, "weight of total variation (mean anisotropic, on [0,1] pixels)"),
+        MethodOption("tv", float, 0.2, "weight of total variation (mean anisotropic, on [0,1] pixels); on 64 px "
+                     "images --tv 0.5 --lr 0.03 was stronger (docs/results/pretrained.md)"),
         MethodOption("signed", bool, True, "step on the sign of the image gradient (the paper's choice)"),
     ) + bn_options("off", 0.01)
 

@@ -1,13 +1,20 @@
 """``auto``: the label method whose counts best explain this update, every candidate and its score reported.
 
 ``--strategy hybrid`` (default): the rules below where they are near exact (one local step and input-independent
-outputs: random-init models), the evidence elsewhere (several local steps, or trained-like outputs), except for a
-batch of at most two classes by the signs of the output bias gradient, which goes to LLG (the evidence follows RLU,
-which trails LLG there; docs/results/labels.md). Where the
+outputs: random-init models), the evidence on one-step updates of trained-like models, the mean of the methods on
+FedAvg deltas (below), except for a batch of at most two classes by the signs of the output bias gradient, which
+goes to LLG (the evidence follows RLU, which trails LLG there; docs/results/labels.md). Where the
 rules apply, bias-count is kept unless ZLG's or iLRG's raw counts lie clearly closer to their integer counts (a
 truth-free check of each method's assumption on this batch; docs/methods/labels.md). Measured on
 MNIST LeNet/ConvNet rows (docs/results/labels.md) the evidence alone loses up to 9 points to the rules at random
 init, K = 1 (it is sometimes confidently wrong there) and gains up to 19 points where the rules' assumptions fail.
+
+On a FedAvg delta (several local steps) of more classes, hybrid takes the mean of the count vectors of
+bias-count, ZLG, iLRG, LLG, LLG+ and RLU (``--strategy ensemble`` everywhere): no single method leads there (RLU on
+LeNet at lr 0.01, iLRG or bias-count at lr 0.1, bias-count and ZLG on a BN ConvNet at every lr), and the evidence
+follows RLU, which falls 20-50 points behind on the ConvNet. Behind the best single method on average (held-out
+batches, benchmarks/labels_ensemble.py; docs/results/labels.md): LeNet 3.6 points against the evidence's 6.3,
+ConvNet 7.5 and 4.1 against 27.3 and 16.1. It trails the evidence on one-step updates, where it is not used.
 
 ``--strategy evidence``: run every applicable count method (aux data where given, Gaussian dummies
 otherwise), score each distinct count vector by how well it explains the output layer's update under the model
@@ -24,6 +31,8 @@ iLRG; otherwise (trained-like): LLG, then HFGI (docs/results/labels.md).
 from __future__ import annotations
 
 import time
+
+import torch
 
 from fedaudit.errors import NotApplicable
 from fedaudit.labels import LABEL_METHODS
@@ -43,6 +52,9 @@ MARGIN = 0.5
 # exceeds their mean predicted probability: iDLG's set) reads as a non-IID batch of few classes, where LLG is the
 # most accurate method (docs/results/labels.md); more goes to the evidence score
 FEW_CLASSES = 2
+# hybrid, several local steps (a FedAvg delta) of a batch of more than FEW_CLASSES classes: the mean of these
+# methods' count vectors (docs/results/labels.md)
+ENSEMBLE = ("bias-count", "zlg", "ilrg", "llg", "llg-plus", "rlu")
 UNTRAINED = ("bias-count", "zlg", "ilrg", "llg", "hfgi", "fedleak", "gdbr")
 TRAINED = ("llg", "hfgi", "zlg", "bias-count", "ilrg", "fedleak", "gdbr")
 # evidence candidates, in tie-break order (the exact-at-random-init methods first)
@@ -83,6 +95,24 @@ def _run_each(tm: ThreatModel, session: Session, names: tuple[str, ...]):
     return runs, skipped
 
 
+def largest_remainder(values: torch.Tensor, total: int) -> torch.Tensor:
+    """Non-negative integers [C] summing to ``total``, each the floor of ``values`` plus one for the largest
+    fractional parts (or minus one for the smallest, when the floors already exceed ``total``)."""
+    v = values.clamp_min(0).double()
+    base = v.floor().long()
+    rest = total - int(base.sum())
+    frac = v - base
+    if rest > 0:
+        base[torch.argsort(-frac, stable=True)[:rest]] += 1
+    for i in torch.argsort(frac, stable=True).tolist():
+        if rest >= 0:
+            break
+        if base[i] > 0:
+            base[i] -= 1
+            rest += 1
+    return base
+
+
 def _candidates(tm: ThreatModel, session: Session, spread: float | None):
     """(name, method class, session) in the rules' order of preference."""
     single = tm.batch_size == 1 and tm.meta.local_steps == 1
@@ -100,8 +130,10 @@ class Auto(LabelMethod):
     paper = "see docs/results/labels.md"
     options = (
         MethodOption("strategy", str, "hybrid", "evidence: score every candidate; rules: a fixed preference order; "
-                     "hybrid: rules where they are exact (one step, input-independent outputs), evidence elsewhere",
-                     ("hybrid", "evidence", "rules")),
+                     "ensemble: the mean of the candidates' counts; hybrid: rules where they are exact (one step, "
+                     "input-independent outputs), LLG on few classes, the ensemble on other FedAvg deltas, evidence "
+                     "elsewhere",
+                     ("hybrid", "evidence", "rules", "ensemble")),
     )
 
     @classmethod
@@ -130,7 +162,12 @@ class Auto(LabelMethod):
                 result = self._few_classes(tm, session, spread)
                 if result is not None:
                     return result
-            strategy = "rules" if rules_exact else "evidence"
+            strategy = "rules" if rules_exact else "ensemble" if tm.meta.local_steps > 1 else "evidence"
+        if strategy == "ensemble" and not exact:
+            result = self._by_ensemble(tm, session, spread)
+            if result is not None:
+                return result
+            strategy = "evidence"  # fewer than two members apply
         if strategy == "evidence" and not exact:
             result = self._by_evidence(tm, session, spread)
             if result is not None:
@@ -189,6 +226,27 @@ class Auto(LabelMethod):
         result.diagnostics = {"chosen": name, "strategy": "hybrid, few classes", **self._regime(spread),
                               "negative_bias_entries": negative, "aux": sub.aux.kind if sub.aux else None,
                               **result.diagnostics}
+        return result
+
+    def _by_ensemble(self, tm: ThreatModel, session: Session, spread: float | None) -> LabelResult | None:
+        """The mean of the applicable ENSEMBLE methods' integer count vectors, rounded to their total by largest
+        remainders. Their errors differ in kind (bias-count, ZLG and LLG+ assume one softmax for the batch, iLRG one
+        embedding per class, LLG the impact of each label, RLU a simulation of the local steps), so the mean trims
+        each one's failures; bias-count, ZLG and LLG+ err alike and so weigh about three votes. Measured on LeNet
+        FedAvg deltas (docs/results/labels.md) it is within a few points of the best method where one method leads
+        and ahead of every single method where none does."""
+        runs, skipped = _run_each(tm, session, ENSEMBLE)
+        if len(runs) < 2:
+            return None
+        stack = torch.stack([r.counts_int.double() for _, r, _, _ in runs])
+        mean = stack.mean(0)
+        total = int(round(float(stack.sum(1).mean())))
+        counts = largest_remainder(mean, total)
+        result = LabelResult(mean.float(), counts, {
+            "chosen": "ensemble", "strategy": "ensemble", **self._regime(spread),
+            "members": [n for n, _, _, _ in runs],
+            "candidates": [{"method": n, "counts": r.counts_int.tolist(), "seconds": round(t, 3)} for n, r, _, t in runs],
+            "not_run": skipped})
         return result
 
     @staticmethod
