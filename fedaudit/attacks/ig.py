@@ -12,7 +12,8 @@ schedule is relative to the budget), and every benchmark in docs/results and the
 
 On larger images they are too rough: on AlexNet at 64 px, B = 16, at equal time (150 s, CPU) ``--lr 0.03 --tv 0.5``
 gained 1.4-1.6 dB, pretrained (13.13 against 11.52 dB, 7 against 6 of 16 images identified) and at random init
-(17.84 against 16.47 dB, 16 against 11 identified); one seed each (docs/results/pretrained.md). A reviewer auditing
+(17.84 against 16.47 dB, 16 against 11 identified), and 1.4-1.5 dB at B = 1, 4 and 32 pretrained at equal
+iterations (docs/results/pretrained.md). A reviewer auditing
 such a model should run both settings.
 """
 
