@@ -11,7 +11,7 @@ model, 500 labelled aux digits, victims from the rest; K local SGD steps on K ba
 seeds of its own choosing (``--trials``), so rows of that benchmark's grid can be held out. Per batch it stores
 the integer counts of bias-count, ZLG, iLRG, LLG, LLG+ and RLU, and ``auto --strategy evidence``'s pick; the
 summary scores, per row, every method, the evidence's pick, the ensemble (the mean of the six count vectors,
-rounded by largest remainders: what ``auto`` returns on such deltas) and the best single method, and counts the
+projected to integers: what ``auto`` returns on such deltas) and the best single method, and counts the
 rows where each strategy is within 2 points of the best method.
 """
 
@@ -26,13 +26,12 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import threat_model
 from benchmarks.labels import data, make_model, train
-from benchmarks.labels_fedavg import victims
-from fedaudit.client.capture import CaptureConfig
+from benchmarks.labels_fedavg import client_update
 from fedaudit.jobs import Aux, LabelJob, Session
 from fedaudit.labels import LABEL_METHODS
-from fedaudit.labels.auto import ENSEMBLE, largest_remainder
+from fedaudit.labels.auto import ENSEMBLE, ensemble_counts
+from fedaudit.metrics.labels import label_metrics
 
 STRATEGIES = ("evidence", "ensemble")
 
@@ -50,13 +49,10 @@ def run(args) -> None:
             for k, lr, mom, kind, b in itertools.product(ints(args.K), floats(args.lr), floats(args.momentum),
                                                          args.batch.split(","), ints(args.B)):
                 for t in ints(args.trials):
-                    g = torch.Generator().manual_seed(1000 * t + k)
-                    idx = victims(py, b * k, kind, g)
-                    cfg = CaptureConfig(batch_size=b, local_steps=k, lr=lr, momentum=mom, kind="delta", bn_mode=bn)
-                    tm = threat_model(spec, net, px[idx], py[idx], cfg)
+                    tm, truth = client_update(spec, net, (px, py), t, k, b, lr, mom, kind, bn)
                     session = Session(seed=t, aux=aux)
                     rec = {"arch": args.arch, "state": state, "K": k, "lr": lr, "momentum": mom, "B": b, "batch": kind,
-                           "trial": t, "truth": torch.bincount(py[idx], minlength=10).tolist(), "counts": {}}
+                           "trial": t, "truth": torch.bincount(truth, minlength=10).tolist(), "counts": {}}
                     for name in ENSEMBLE:
                         if not LABEL_METHODS.get(name).why_not(tm, session):
                             rec["counts"][name] = LabelJob(session, tm, name).result().counts_int.tolist()
@@ -68,21 +64,16 @@ def run(args) -> None:
                     print(f"{args.arch} {state} K={k} lr={lr} m={mom} B={b} {kind} trial {t}", file=sys.stderr, flush=True)
 
 
-def insacc(pred: list[int], truth: list[int]) -> float:
-    return sum(min(a, b) for a, b in zip(pred, truth)) / sum(truth)
-
-
 def summarize(records: list[dict]) -> str:
     rows: dict[tuple, dict[str, list[float]]] = {}
     for r in records:
         key = (r["arch"], r["state"], r["K"], r["lr"], r["momentum"], r["B"], r["batch"])
         d = rows.setdefault(key, {})
-        members = [r["counts"][m] for m in ENSEMBLE if m in r["counts"]]
-        mean = torch.tensor(members, dtype=torch.float64).mean(0)
-        scored = {**{m: r["counts"][m] for m in ENSEMBLE if m in r["counts"]}, "evidence": r["counts"]["auto-evidence"],
-                  "ensemble": largest_remainder(mean, sum(r["truth"])).tolist()}
+        members = {m: torch.tensor(r["counts"][m]) for m in ENSEMBLE if m in r["counts"]}
+        scored = {**members, "evidence": torch.tensor(r["counts"]["auto-evidence"]),
+                  "ensemble": ensemble_counts(list(members.values()))[1]}  # what auto returns on this delta
         for name, counts in scored.items():
-            d.setdefault(name, []).append(insacc(counts, r["truth"]))
+            d.setdefault(name, []).append(label_metrics(counts, torch.tensor(r["truth"]))["InsAcc"])
     cols = [*ENSEMBLE, *STRATEGIES]
     lines = ["| model | state | K | lr | momentum | B | batch | n | " + " | ".join(cols) + " | best |",
              "|---|---|---|---|---|---|---|---|" + "---|" * (len(cols) + 1)]

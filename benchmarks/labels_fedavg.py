@@ -39,6 +39,16 @@ def victims(py: torch.Tensor, n: int, kind: str, g: torch.Generator) -> torch.Te
     return torch.cat([p[torch.randint(len(p), (m,), generator=g)] for p, m in zip(pools, (n // 2, n - n // 2))])
 
 
+def client_update(spec, net, pool, trial: int, k: int, b: int, lr: float, momentum: float, kind: str, bn: str):
+    """Trial ``trial``'s client: K batches of B victims of ``kind`` from ``pool`` = (images, labels), K local SGD
+    steps, the upload (a delta for K > 1). Returns the threat model and the victims' labels."""
+    px, py = pool
+    idx = victims(py, b * k, kind, torch.Generator().manual_seed(1000 * trial + k))
+    cfg = CaptureConfig(batch_size=b, local_steps=k, lr=lr, momentum=momentum, kind="delta" if k > 1 else None,
+                        bn_mode=bn)
+    return threat_model(spec, net, px[idx], py[idx], cfg), py[idx]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="LeNet only, K in {1, 4}, one lr, one trial")
@@ -71,12 +81,8 @@ def main(argv=None) -> int:
                     continue  # one step: the update is the gradient whatever the optimiser
                 acc: dict[str, list[float]] = {}
                 for t in range(1 if args.quick else args.trials):
-                    g = torch.Generator().manual_seed(1000 * t + k)
-                    idx = victims(py, b * k, kind, g)
-                    cfg = CaptureConfig(batch_size=b, local_steps=k, lr=lr, momentum=mom,
-                                        kind="delta" if k > 1 else None, bn_mode=bn)
-                    tm = threat_model(spec, net, px[idx], py[idx], cfg)
-                    for name, r in run_methods(tm, py[idx], aux, seed=t, methods=METHODS).items():
+                    tm, truth = client_update(spec, net, (px, py), t, k, b, lr, mom, kind, bn)
+                    for name, r in run_methods(tm, truth, aux, seed=t, methods=METHODS).items():
                         acc.setdefault(name, []).append(r["InsAcc"])
                 row = {"model": label, "state": state, "K": k, "lr": lr, "momentum": mom, "B": b, "batch": kind,
                        "InsAcc": {n: sum(v) / len(v) for n, v in acc.items()}}

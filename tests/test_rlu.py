@@ -13,7 +13,8 @@ from fedaudit.data.offline import MNIST_MEAN, MNIST_STD, mnist_digits
 from fedaudit.io.checkpoint import Checkpoint
 from fedaudit.jobs import Aux, LabelJob, Session
 from fedaudit.labels import LABEL_METHODS
-from fedaudit.labels.auto import MARGIN, largest_remainder
+from fedaudit.labels.auto import MARGIN
+from fedaudit.labels.base import integer_counts
 from fedaudit.labels.evidence import Evidence
 from fedaudit.metrics.labels import label_metrics
 from fedaudit.models import ModelSpec, build_model
@@ -138,11 +139,11 @@ def test_auto_sends_a_two_class_fedavg_delta_to_llg(digits):
     assert sum(routed) >= sum(evidence) + 0.05, (routed, evidence)  # 82% against 78% on these batches
 
 
-def test_largest_remainder_keeps_the_total():
-    assert largest_remainder(torch.tensor([1.5, 2.5, 0.0, 4.0]), 8).tolist() == [2, 2, 0, 4]
-    assert largest_remainder(torch.tensor([0.2, 0.3, 0.5]), 1).tolist() == [0, 0, 1]
-    assert largest_remainder(torch.tensor([3.0, 3.0, -1.0]), 5).tolist() in ([2, 3, 0], [3, 2, 0])
-    assert int(largest_remainder(torch.rand(10, generator=torch.Generator().manual_seed(0)) * 7, 33).sum()) == 33
+def test_integer_counts_keeps_the_total():
+    assert integer_counts(torch.tensor([1.5, 2.5, 0.0, 4.0]), 8).tolist() == [2, 2, 0, 4]
+    assert integer_counts(torch.tensor([0.2, 0.3, 0.5]), 1).tolist() == [0, 0, 1]
+    assert integer_counts(torch.tensor([3.0, 3.0, -1.0]), 5).tolist() in ([2, 3, 0], [3, 2, 0])
+    assert int(integer_counts(torch.rand(10, generator=torch.Generator().manual_seed(0)) * 7, 33).sum()) == 33
 
 
 def test_auto_averages_the_methods_on_a_fast_moving_fedavg_delta(digits):
@@ -168,7 +169,7 @@ def test_auto_averages_the_methods_on_a_fast_moving_fedavg_delta(digits):
         d = chosen.diagnostics
         assert d["strategy"] == "ensemble" and len(d["members"]) >= 4, d.get("members")
         member_counts = torch.tensor([c["counts"] for c in d["candidates"]], dtype=torch.float64)
-        assert chosen.counts_int.tolist() == largest_remainder(member_counts.mean(0), 64).tolist()
+        assert chosen.counts_int.tolist() == integer_counts(member_counts.mean(0), 64).tolist()
         truth = torch.bincount(y[idx], minlength=10)
         members = [label_metrics(c, truth)["InsAcc"] for c in member_counts.long()]
         ens_acc.append(_insacc(chosen, y[idx]))

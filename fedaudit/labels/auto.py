@@ -36,7 +36,7 @@ import torch
 
 from fedaudit.errors import NotApplicable
 from fedaudit.labels import LABEL_METHODS
-from fedaudit.labels.base import LabelMethod, LabelResult
+from fedaudit.labels.base import LabelMethod, LabelResult, integer_counts
 from fedaudit.labels.evidence import Evidence
 from fedaudit.labels.features import head_stats
 from fedaudit.methods import MethodOption
@@ -95,22 +95,12 @@ def _run_each(tm: ThreatModel, session: Session, names: tuple[str, ...]):
     return runs, skipped
 
 
-def largest_remainder(values: torch.Tensor, total: int) -> torch.Tensor:
-    """Non-negative integers [C] summing to ``total``, each the floor of ``values`` plus one for the largest
-    fractional parts (or minus one for the smallest, when the floors already exceed ``total``)."""
-    v = values.clamp_min(0).double()
-    base = v.floor().long()
-    rest = total - int(base.sum())
-    frac = v - base
-    if rest > 0:
-        base[torch.argsort(-frac, stable=True)[:rest]] += 1
-    for i in torch.argsort(frac, stable=True).tolist():
-        if rest >= 0:
-            break
-        if base[i] > 0:
-            base[i] -= 1
-            rest += 1
-    return base
+def ensemble_counts(vectors: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The mean of integer count vectors (float) and its projection onto integers summing to their (common) total
+    (``integer_counts``: largest fractional parts)."""
+    stack = torch.stack([v.double() for v in vectors])
+    mean = stack.mean(0)
+    return mean, integer_counts(mean, int(round(float(stack.sum(1).mean()))))
 
 
 def _candidates(tm: ThreatModel, session: Session, spread: float | None):
@@ -229,8 +219,8 @@ class Auto(LabelMethod):
         return result
 
     def _by_ensemble(self, tm: ThreatModel, session: Session, spread: float | None) -> LabelResult | None:
-        """The mean of the applicable ENSEMBLE methods' integer count vectors, rounded to their total by largest
-        remainders. Their errors differ in kind (bias-count, ZLG and LLG+ assume one softmax for the batch, iLRG one
+        """The mean of the applicable ENSEMBLE methods' integer count vectors, projected to integers summing to their
+        total (``ensemble_counts``). Their errors differ in kind (bias-count, ZLG and LLG+ assume one softmax for the batch, iLRG one
         embedding per class, LLG the impact of each label, RLU a simulation of the local steps), so the mean trims
         each one's failures; bias-count, ZLG and LLG+ err alike and so weigh about three votes. Measured on LeNet
         FedAvg deltas (docs/results/labels.md) it is within a few points of the best method where one method leads
@@ -238,10 +228,7 @@ class Auto(LabelMethod):
         runs, skipped = _run_each(tm, session, ENSEMBLE)
         if len(runs) < 2:
             return None
-        stack = torch.stack([r.counts_int.double() for _, r, _, _ in runs])
-        mean = stack.mean(0)
-        total = int(round(float(stack.sum(1).mean())))
-        counts = largest_remainder(mean, total)
+        mean, counts = ensemble_counts([r.counts_int for _, r, _, _ in runs])
         result = LabelResult(mean.float(), counts, {
             "chosen": "ensemble", "strategy": "ensemble", **self._regime(spread),
             "members": [n for n, _, _, _ in runs],
