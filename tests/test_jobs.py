@@ -100,7 +100,7 @@ def test_reconstruct_job_resolves_defaults_once():
     tm, truth = load_sample("lenet_b4")
     job = ReconstructJob(Session(seed=3), tm, "fedleak", {"blend": 0.3}, {"iterations": 7, "lr": None})
     assert job.settings == {**{k: ATTACKS.get("fedleak").defaults[k] for k in ("restarts", "lr", "schedule")},
-                            "iterations": 7, "restart-batch": 0}
+                            "iterations": 7, "restart-batch": 0, "cuda-graph": "auto"}
     assert job.options["blend"] == 0.3 and job.options["ratio"] == 0.5 and job.label_method == "auto"
     assert ReconstructJob(Session(), tm, "hfgi").label_method == "hfgi"
     labels = truth.labels.tolist()

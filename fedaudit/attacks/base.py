@@ -37,8 +37,11 @@ LOOP_OPTIONS = (
     MethodOption("restart-batch", int, None, "Restarts optimised together as one stacked batch, where the attack "
                  "supports it: 0 = all where that is faster (CUDA; CPU models up to 1M parameters), halved while "
                  "memory runs out; 1 = one after another; N = batches of at most N."),
+    MethodOption("cuda-graph", str, None, "Capture the attack iteration as a CUDA graph and replay it: auto = where the "
+                 "attack allows it on a CUDA device (ig, fedleak); on = required (exit 2 where it cannot apply); off = "
+                 "eager.", ("auto", "on", "off")),
 )
-LOOP_DEFAULTS = {"restart-batch": 0}  # loop settings an attack's ``defaults`` need not repeat
+LOOP_DEFAULTS = {"restart-batch": 0, "cuda-graph": "auto"}  # loop settings an attack's ``defaults`` need not repeat
 
 
 def lr_factor(schedule: str, it: int, total: int) -> float:
@@ -104,6 +107,11 @@ class OptimizationAttack(Method):
         """Why this attack's restarts cannot run as one batch (None: they can; ``batched_closure`` is implemented).
         The loop then runs them one after another."""
         return "this attack runs its restarts one after another"
+
+    def why_not_graphed(self) -> str | None:
+        """Why this attack's iteration cannot be captured as a CUDA graph (None: it can). It can when the closure
+        neither depends on the iteration number nor reads values back to the host (fedaudit/attacks/cuda_graph.py)."""
+        return f"{self.name}'s iteration is not captured (it depends on the iteration or reads values on the host)"
 
     def batched_closure(self, state: dict[str, torch.Tensor], it: int) -> torch.Tensor:
         """``closure`` for R restarts stacked on a leading axis of every state tensor: leaves each restart's own

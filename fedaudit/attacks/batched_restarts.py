@@ -19,12 +19,12 @@ always batches.
 
 from __future__ import annotations
 
-import functools
 import time
 
 import torch
 
-from fedaudit.attacks.base import OptimizationAttack, lr_factor
+from fedaudit.attacks import cuda_graph
+from fedaudit.attacks.base import OptimizationAttack
 from fedaudit.attacks.run_state import Best, LoopConfig, LoopResult, finite, images_or_none, progress_bar, score_restart
 from fedaudit.errors import RuntimeFailure
 
@@ -64,16 +64,18 @@ def optimize_batched(attack: OptimizationAttack, cfg: LoopConfig) -> LoopResult:
     finals: dict[int, torch.Tensor] = {}
     iterations_run, interrupted, first = 0, False, 0
     log_every = max(1, cfg.iterations // 200)
+    held: dict = {}  # the stepper (eager, or a captured CUDA graph) for groups of one size
     with progress_bar(cfg.quiet) as progress:
         task = progress.add_task(attack.name, total=cfg.iterations * cfg.restarts, loss="-")
         while first < cfg.restarts and not interrupted:
             group = list(range(first, min(first + size, cfg.restarts)))
             try:
-                run = _run_group(attack, cfg, group, progress, task, log_every)
+                run = _run_group(attack, cfg, group, progress, task, log_every, held)
             except (RuntimeError, MemoryError) as exc:
                 if not _is_oom(exc) or size == 1:
                     raise
                 size = max(1, size // 2)  # does not fit: halve the batch and run this group again
+                held.clear()
                 if torch.cuda.is_available():
                     torch.cuda.empty_cache()
                 continue
@@ -95,40 +97,45 @@ def optimize_batched(attack: OptimizationAttack, cfg: LoopConfig) -> LoopResult:
         raise RuntimeFailure(f"{attack.name}: every restart diverged (non-finite loss); try a smaller --lr")
     return LoopResult(best.images, best.labels, best.distance, best.restart, iterations_run, interrupted,
                       sorted(diverged), history, time.perf_counter() - t0, None,
-                      attack.extras(best.state) if best.state else {}, best.movement, finals, batches)
+                      attack.extras(best.state) if best.state else {}, best.movement, finals, batches,
+                      cuda_graph=held["steps"].status() if held else None)
 
 
-def _run_group(attack, cfg, group, progress, task, log_every):
+def _run_group(attack, cfg, group, progress, task, log_every, held: dict):
     """Optimise the restarts in ``group`` as one stacked batch; (states, start images, diverged, iterations, history,
-    interrupted)."""
+    interrupted). ``held["steps"]`` keeps the stepper between groups of one size (a captured graph is reused)."""
     singles = [attack.init_state(torch.Generator().manual_seed(cfg.seed * 10_007 + r)) for r in group]
     starts = [images_or_none(attack, s) for s in singles]
     states = {k: torch.stack([s[k].detach() for s in singles]).requires_grad_(True) for k in singles[0]}
-    opt = attack.optimizer(states, cfg.lr)
+    if held.get("size") != len(group):
+        held["steps"] = cuda_graph.steps_for(attack, cfg.cuda_graph, cfg.lr, cfg.schedule, cfg.iterations, log_every)
+        held["size"] = len(group)
+    stepper = held["steps"]
+    states, opt = stepper.begin(states)
     progress.update(task, description=f"{attack.name} restarts {group[0] + 1}-{group[-1] + 1}/{cfg.restarts} (one batch)")
     alive = torch.ones(len(group), dtype=torch.bool)
     dead: list[int] = []
     history: list[tuple[int, int, float]] = []
-    steps, interrupted = 0, False
+    done, interrupted = 0, False
     try:
         for it in range(cfg.iterations):
-            for g in opt.param_groups:
-                g["lr"] = cfg.lr * lr_factor(cfg.schedule, it, cfg.iterations)
-            losses = opt.step(functools.partial(attack.batched_closure, states, it)).cpu()
-            finite = torch.isfinite(losses)
-            for v in states.values():
-                finite &= torch.isfinite(v.detach()).flatten(1).all(1).cpu()
-            for i in torch.nonzero(alive & ~finite).flatten().tolist():
-                dead.append(group[i])  # diverged: left out of the choice (its rows cannot disturb the others')
-            alive &= finite
-            if not alive.any():
-                break
-            attack.project(states)
-            steps += int(alive.sum())
-            if it % log_every == 0 or it == cfg.iterations - 1:
+            out = stepper.run(states, opt, it, attack.batched_closure)
+            if out is not None:  # None: a replay between synchronisations (cuda_graph.py), rows checked at the next
+                losses = out.cpu()
+                finite = torch.isfinite(losses)
+                for v in states.values():
+                    finite &= torch.isfinite(v.detach()).flatten(1).all(1).cpu()
+                for i in torch.nonzero(alive & ~finite).flatten().tolist():
+                    dead.append(group[i])  # diverged: left out of the choice (its rows cannot disturb the others')
+                alive &= finite
+                if not alive.any():
+                    break
+            stepper.project(states)
+            done += int(alive.sum())
+            if out is not None and (it % log_every == 0 or it == cfg.iterations - 1):
                 history += [(r, it, float(losses[i])) for i, r in enumerate(group) if alive[i]]
                 progress.update(task, loss=f"{float(losses[alive].min()):.4g}")
             progress.advance(task, len(group))
     except KeyboardInterrupt:
         interrupted = True
-    return states, starts, dead, steps, history, interrupted
+    return states, starts, dead, done, history, interrupted

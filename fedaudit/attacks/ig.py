@@ -54,6 +54,9 @@ class InvertingGradients(OptimizationAttack):
         x.grad = grad.sign() if self.opts["signed"] else grad
         return loss.detach()
 
+    def why_not_graphed(self):
+        return None  # the iteration is the same kernels every time (fedaudit/attacks/cuda_graph.py)
+
     def why_not_batched(self):
         if self.bn_targets:
             return "the BN-statistic prior (--bn-stats) runs restarts one after another"

@@ -33,6 +33,7 @@ class LoopConfig:
     monitor: Callable[[OptimizationAttack, dict, int, int], bool | None] | None = None
     monitor_every: int = 0
     restart_batch: int = 0  # restarts per stacked batch: 0 = all at once (halved while memory runs out), 1 = sequential
+    cuda_graph: str = "auto"  # capture the iteration as a CUDA graph: auto | on | off (fedaudit/attacks/cuda_graph.py)
 
 
 @dataclass
@@ -54,6 +55,7 @@ class LoopResult:
     restart_images: dict[int, torch.Tensor] = field(default_factory=dict)
     restart_batches: list[int] = field(default_factory=list)  # sizes of the stacked restart batches run; [] = sequential
     restarts_one_by_one: str | None = None  # why several restarts ran one after another (batched_restarts.why_not)
+    cuda_graph: dict | None = None  # whether the iteration ran as a captured CUDA graph, and why not (cuda_graph.py)
 
     @property
     def barely_moved(self) -> bool:

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from fedaudit.attacks import ATTACKS
+from fedaudit.attacks import ATTACKS, cuda_graph
 from fedaudit.attacks.base import OptimizationAttack
 from fedaudit.attacks.engine import GradientEngine
 from fedaudit.attacks.loop import BARELY_MOVED, LoopConfig, LoopResult, optimize
@@ -199,7 +199,9 @@ class ReconstructJob:
             raise InputError("--multi-step unroll needs a delta or weights update")
         labels = torch.as_tensor(labels)
         engine = GradientEngine(self.tm, self.session.device, unroll=unroll)
-        return self.attack_cls(self.tm, engine, labels, self.options, int(labels.shape[0]))
+        attack = self.attack_cls(self.tm, engine, labels, self.options, int(labels.shape[0]))
+        cuda_graph.why_not(attack, self.settings["cuda-graph"])  # --cuda-graph on where it cannot apply: exit 2 now
+        return attack
 
     def loop_config(self, labels: list[int]) -> LoopConfig:
         s = self.settings
@@ -207,7 +209,7 @@ class ReconstructJob:
                           seed=self.session.seed, checkpoint_every=self.checkpoint_every,
                           checkpoint_path=self.checkpoint_path, resume=self.resume, quiet=self.session.quiet,
                           fingerprint=self.fingerprint(labels), monitor=self.monitor, monitor_every=self.monitor_every,
-                          restart_batch=s["restart-batch"])
+                          restart_batch=s["restart-batch"], cuda_graph=s["cuda-graph"])
 
     def fingerprint(self, labels: list[int]) -> str:
         s = self.settings
@@ -238,7 +240,7 @@ class ReconstructJob:
             "labels": {"method": self.label_method, "file": "file", "given": "given"}[label_report["source"]],
             "multi_step": self.multi_step if tm.meta.local_steps > 1 else None, "iterations": s["iterations"],
             "restarts": s["restarts"], "lr": s["lr"], "schedule": s["schedule"], "restart_batch": s["restart-batch"],
-            "checkpoint_every": self.checkpoint_every, "lpips_net": self.session.lpips_net},
+            "cuda_graph": s["cuda-graph"], "checkpoint_every": self.checkpoint_every, "lpips_net": self.session.lpips_net},
             seed=self.session.seed, device=str(self.session.device))
         report["status"] = "interrupted" if result.interrupted else "complete"
         report["threat_model"] = {"arch": tm.spec.arch, "kind": tm.meta.kind, "batch_size": tm.batch_size,
@@ -251,6 +253,7 @@ class ReconstructJob:
                             "diverged_restarts": result.diverged_restarts, "interrupted": result.interrupted,
                             # sizes of the stacked restart batches (fedaudit/attacks/batched_restarts.py); [] = one by one
                             "restart_batches": result.restart_batches, "restarts_one_by_one": result.restarts_one_by_one,
+                            "cuda_graph": result.cuda_graph,
                             "resumed_from": result.resumed_from, "recovered_labels": result.labels,
                             "seconds_per_iteration": result.seconds / max(result.iterations_run, 1),
                             "movement": {"mean_abs_pixel_change": result.movement, "barely_moved": result.barely_moved,
