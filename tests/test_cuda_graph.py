@@ -135,6 +135,8 @@ def test_where_graphs_do_not_apply():
     assert "lbfgs" in cuda_graph.why_not(dlg, "emulate")
     _, hfgi, _ = attack_job("lenet_b4", "hfgi")
     assert "not captured" in cuda_graph.why_not(hfgi, "emulate")
+    _, dip, _ = attack_job("lenet_b1", "fedleak-dip", {"width": 8})
+    assert "not captured" in cuda_graph.why_not(dip, "emulate")
     with pytest.raises(InputError, match="must be one of"):
         cuda_graph.why_not(ig, "sometimes")
 

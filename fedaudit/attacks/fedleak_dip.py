@@ -76,6 +76,10 @@ class FedLeakDIP(FedLeak):
         state["z"] = self.generator.code(gen).to(dev)  # fixed: never optimised, kept for checkpoints and restarts
         return state
 
+    def why_not_graphed(self):
+        return ("fedleak-dip is not captured: its AdamW and its look-ahead read the current learning rate on the host "
+                "every iteration")
+
     def optimizer(self, state, lr):
         opt = torch.optim.AdamW(self.variables(state), lr=lr, weight_decay=self.opts["weight-decay"])
         self._opt = opt
