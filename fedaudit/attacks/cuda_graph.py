@@ -232,8 +232,8 @@ class GraphSteps(EagerSteps):
         return self._eager(closure, it)
 
     def run(self, state, opt, it, closure):
-        """One iteration including the projection; the loss on synchronised iterations (NaN when the iterate is not
-        finite), None in between."""
+        """One iteration including the projection; the loss tensor on synchronised iterations (the caller then checks
+        it and the iterate), None in between."""
         self._set_lr(it)
         if self.graph is not None:
             self.graph.replay()
