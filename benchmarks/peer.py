@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import RESULTS, cifar_update, forward_backward_seconds, score, write_results
+from benchmarks.common import RESULTS, cifar_update, forward_backward_seconds, score, sync, write_results
 from fedaudit.data.offline import CIFAR10_STD
 from fedaudit.jobs import ReconstructJob, Session
 
@@ -34,19 +34,14 @@ CASES = (("lenet", 1, 300), ("resnet18", 4, 40), ("resnet18", 16, 12))  # (archi
 GPU_CASES = (("lenet", 1, 1000), ("resnet18", 4, 400), ("resnet18", 16, 300))  # issue #22's GPU budgets
 
 
-def _sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-
-
 def fedaudit_run(tm, labels, iterations, lr, tv, seed, device="cpu", graph="off"):
     loop = {"iterations": iterations, "lr": lr, "restarts": 1, "schedule": "step", "cuda-graph": graph}
     job = ReconstructJob(Session(seed=seed, device=device), tm, "ig", {"tv": tv}, loop, given_labels=labels)
     attack = job.build(labels)
-    _sync(device)
+    sync(device)
     t0 = time.perf_counter()
     result = job.optimize(attack, labels)
-    _sync(device)
+    sync(device)
     return time.perf_counter() - t0, result.images.cpu()
 
 
@@ -67,10 +62,10 @@ def breaching_run(model, spec, tm, labels, iterations, seed, device="cpu"):
                "metadata": {"num_data_points": len(labels), "labels": torch.tensor(labels, device=device),
                             "local_hyperparams": None}}]
     torch.manual_seed(seed)
-    _sync(device)
+    sync(device)
     t0 = time.perf_counter()
     out, _ = attacker.reconstruct(payload, shared, {}, dryrun=False)
-    _sync(device)
+    sync(device)
     seconds = time.perf_counter() - t0
     dm = torch.tensor(spec.mean).view(1, -1, 1, 1)
     ds = torch.tensor(spec.std).view(1, -1, 1, 1)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import RESULTS, cifar_update, write_results
+from benchmarks.common import RESULTS, cifar_update, sync, write_results
 from fedaudit.jobs import ReconstructJob, Session
 
 CASES = (("lenet", 1, 100, (1, 8, 32)), ("resnet18", 4, 6, (1, 8)))  # (architecture, B, iterations, restart counts)
@@ -32,12 +32,10 @@ def run(tm, labels, iterations, restarts, restart_batch, device):
                          {"iterations": iterations, "restarts": restarts, "restart-batch": restart_batch},
                          given_labels=labels)
     attack = job.build(labels)
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
+    sync(device)
     t0 = time.perf_counter()
     result = job.optimize(attack, labels)
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
+    sync(device)
     return time.perf_counter() - t0, result
 
 

@@ -70,9 +70,6 @@ def why_not(attack: OptimizationAttack, mode: str) -> str | None:
 class EagerSteps:
     """Every iteration run as Python calls it and synchronised (the loss read, the iterate checkable)."""
 
-    captured = False
-    sync_every = 1
-
     def __init__(self, attack: OptimizationAttack, lr: float, schedule: str, total: int, reason: str | None = None):
         self.attack, self.lr, self.schedule, self.total = attack, lr, schedule, total
         self.reason = reason  # why not captured (reported)
@@ -249,10 +246,6 @@ class GraphSteps(EagerSteps):
 
     def project(self, state) -> None:
         """Nothing: every path of ``run`` projects inside the body (the graph included)."""
-
-    @property
-    def captured(self) -> bool:  # type: ignore[override]
-        return self.graph is not None
 
     def status(self) -> dict[str, Any]:
         return {"captured": self.graph is not None, "emulated": self.emulated, "warmup": WARMUP,

@@ -46,12 +46,11 @@ class GradientEngine:
         self.device = torch.device(device)
         model = tm.model.to(self.device)
         self.model = model
-        model.eval()  # the forward switches to train mode only for train-mode BatchNorm, and back
         self.params = {k: p.detach() for k, p in model.named_parameters()}
+        self.buffers = {k: b.detach() for k, b in model.named_buffers()}
         # functional_call unties shared weights on every call unless told there are none (~0.1 ms per LeNet call)
         self._tied = len(list(model.named_parameters(remove_duplicate=False))) != len(self.params) or \
-            len(list(model.named_buffers(remove_duplicate=False))) != len(dict(model.named_buffers()))
-        self.buffers = {k: b.detach() for k, b in model.named_buffers()}
+            len(list(model.named_buffers(remove_duplicate=False))) != len(self.buffers)
         self.train_bn = tm.train_bn
         self.target = Target(list(tm.present), [tm.gradient[k].to(self.device) for k in tm.present])
         self.steps = tm.meta.local_steps if unroll else 1
@@ -67,8 +66,8 @@ class GradientEngine:
         ``bn_inputs`` collects (module name, input) of every BatchNorm layer in forward order (BN-statistic priors)."""
         state = dict(params or self.params)
         state.update({k: b.clone() for k, b in self.buffers.items()})
-        if self.train_bn:
-            self.model.train()  # set (and reset below) only when needed: the walk costs ~4% of a LeNet iteration
+        if self.model.training != self.train_bn:  # walk the modules only when the mode is wrong (~4% of a LeNet
+            self.model.train(self.train_bn)      # iteration otherwise); train mode is undone below
         hooks = []
         if capture is not None:
             for m in self.model.modules():
