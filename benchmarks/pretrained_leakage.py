@@ -27,7 +27,7 @@ import torch
 
 from benchmarks.common import RESULTS, insacc, threat_model
 from fedaudit.client.capture import CaptureConfig
-from fedaudit.data.offline import foolbox_samples
+from fedaudit.data.offline import foolbox_samples, imagenet_samples
 from fedaudit.jobs import LabelJob, ReconstructJob, Session
 from fedaudit.jobs.audit import LOOP_KEYS, parse_attack_options
 from fedaudit.metrics.evaluate import evaluate_images
@@ -51,7 +51,12 @@ VARIANTS = {
 }
 
 
-def victim_images(b: int, shape: tuple[int, int, int], classes: int) -> tuple[torch.Tensor, torch.Tensor]:
+def victim_images(b: int, shape: tuple[int, int, int], classes: int, source: str = "cifar") -> tuple[torch.Tensor, torch.Tensor]:
+    if source == "imagenet":  # photographs at their own resolution, cropped and resized once (labels mod the classes)
+        x, y, _ = imagenet_samples(shape[1])
+        if b > len(x):
+            raise SystemExit(f"only {len(x)} imagenet images for --batch {b}")
+        return x[:b], y[:b] % classes
     x10, y10, _ = foolbox_samples("cifar10")
     x100, y100, _ = foolbox_samples("cifar100")
     x, y = torch.cat([x10, x100])[:b], (torch.cat([y10, y100 % classes]))[:b]
@@ -62,12 +67,12 @@ def victim_images(b: int, shape: tuple[int, int, int], classes: int) -> tuple[to
 
 
 def run_row(arch: str, size: int, b: int, pretrained: bool, variants: list[str], iterations: int, seconds: float | None,
-            labels_from: str, seed: int, kwargs: dict | None = None) -> list[dict]:
+            labels_from: str, seed: int, kwargs: dict | None = None, images: str = "cifar") -> list[dict]:
     entry = model_entry(arch)
     spec = ModelSpec(arch, 10, (3, size, size), entry.mean, entry.std, kwargs or {})
     torch.manual_seed(0)
     model, weights = initial_model(spec, pretrained=pretrained)
-    x, y = victim_images(b, spec.input_shape, 10)
+    x, y = victim_images(b, spec.input_shape, 10, images)
     has_bn = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules())
     cfg = (CaptureConfig(batch_size=b, local_steps=1, lr=0.01, kind="delta", bn_mode="train") if has_bn
            else CaptureConfig(batch_size=b, bn_mode="eval"))
@@ -77,7 +82,7 @@ def run_row(arch: str, size: int, b: int, pretrained: bool, variants: list[str],
     for name in variants:
         attack, options, loop = VARIANTS[name]
         row = {"arch": arch + (f" {json.dumps(kwargs)}" if kwargs else ""), "size": size, "B": b, "state": "pretrained" if pretrained else "random init",
-               "weights": weights, "variant": name, "attack": attack, "seed": seed, "labels": labels_from,
+               "weights": weights, "variant": name, "attack": attack, "seed": seed, "labels": labels_from, "images": images,
                "labels_insacc": insacc(labels, y), "budget_s": seconds}
         stop = {"t0": 0.0}
 
@@ -122,7 +127,8 @@ def summarize(rows: list[dict]) -> str:
     lines = ["| model | state | px | B | labels InsAcc | attack | budget | iterations | PSNR (floor) | SSIM | LPIPS | identified | band | ms/it |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        head = f"| {r['arch']} | {r['state']} | {r['size']} | {r['B']} | {r['labels_insacc']:.2f} | {r['variant']} |"
+        model = r["arch"] + (" (ImageNet photos)" if r.get("images") == "imagenet" else "")
+        head = f"| {model} | {r['state']} | {r['size']} | {r['B']} | {r['labels_insacc']:.2f} | {r['variant']} |"
         if "error" in r:
             lines.append(f"{head} - | - | {r['error']} ||||||")
             continue
@@ -148,6 +154,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seconds", type=float, help="wall-clock budget per attack (equal time): each attack runs the "
                     "iterations a 20-iteration probe says fit, capped by --iterations, so its schedule completes")
     ap.add_argument("--labels", choices=("auto", "true"), default="auto")
+    ap.add_argument("--images", choices=("cifar", "imagenet"), default="cifar",
+                    help="victims: foolbox's CIFAR-10 then CIFAR-100 test images, or its 20 ImageNet photographs")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", type=Path, help="append the rows to this file")
@@ -172,7 +180,7 @@ def main(argv=None) -> int:
         for b in (int(v) for v in args.batch.split(",")):
             for state in args.state.split(","):
                 new = run_row(arch, args.size, b, state == "pretrained", args.attacks.split(","), args.iterations,
-                              args.seconds, args.labels, args.seed, args.arch_kwargs)
+                              args.seconds, args.labels, args.seed, args.arch_kwargs, args.images)
                 rows += new
                 if args.json:  # after every row, so a long queue that is stopped keeps what it finished
                     old = json.loads(args.json.read_text()) if args.json.exists() else []

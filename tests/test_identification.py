@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from fedaudit.data.offline import cifar10_samples, public_distractors
+from fedaudit.data.offline import cifar10_samples, foolbox_samples, public_distractors
 from fedaudit.metrics.evaluate import evaluate_images
 from fedaudit.metrics.identification import identification_band, identify, judge_net
 from fedaudit.metrics.lpips import load_lpips, lpips_distance, lpips_pairwise
@@ -44,6 +44,16 @@ def test_originals_are_identified_and_noise_is_not():
     assert noise["rate"] <= 0.25 and noise["band"] in ("low", "medium")
     shuffled = identify(truth.roll(1, 0), truth, pairs)  # every reconstruction shows another image of the batch
     assert shuffled["rate"] == 0.0 and all(not r["nearest_is_distractor"] for r in shuffled["per_image"])
+
+
+@needs_lpips
+def test_a_public_image_in_the_batch_is_not_its_own_distractor():
+    # CIFAR-100 test images are both distractors and, here, the victims: the copies must leave the candidates
+    truth = foolbox_samples("cifar100")[0][:4]
+    pairs = [(i, i) for i in range(4)]
+    exact = identify(truth, truth, pairs)
+    assert exact["rate"] == 1.0 and exact["distractors"] == 64 - 4 and exact["candidates"] == 4 + 60
+    assert not any(r["nearest_is_distractor"] for r in exact["per_image"])
 
 
 def test_judge_and_bands():

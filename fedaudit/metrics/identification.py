@@ -47,10 +47,21 @@ def identification_band(rate: float) -> str:
     return band
 
 
+SAME = 2 / 255  # a distractor this close (max pixel difference) to an original is that original
+
+
 @functools.lru_cache(maxsize=8)
-def _distractor_features(net: str, weights: str | None, n: int, shape: tuple[int, ...]) -> list[torch.Tensor]:
-    """The distractors' LPIPS features, computed once per process for each backbone and image shape."""
-    return lpips_features(load_lpips(net, weights), public_distractors(n, shape))
+def _distractors(net: str, weights: str | None, n: int, shape: tuple[int, ...]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """The distractor images and their LPIPS features, computed once per process for each backbone and shape."""
+    images = public_distractors(n, shape)
+    return images, lpips_features(load_lpips(net, weights), images)
+
+
+def _not_in_batch(distractors: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
+    """Mask of the distractors that are none of the batch's originals: a public image can be a victim too (a
+    batch of CIFAR-100 test images), and a copy of the original among the distractors would compete with it."""
+    diff = (distractors[:, None] - truth[None]).abs().flatten(2).amax(2)  # [n, B]
+    return diff.min(1).values > SAME
 
 
 def identify(recon: torch.Tensor, truth: torch.Tensor, pairs: list[tuple[int, int]], net: str = "vgg",
@@ -60,8 +71,10 @@ def identify(recon: torch.Tensor, truth: torch.Tensor, pairs: list[tuple[int, in
     if lp.model is None:
         return {"rate": None, "reason": lp.reason, "net": net, "method": METHOD}
     own = lpips_features(lp, truth.float().cpu())
-    others = _distractor_features(net, weights, distractors, tuple(truth.shape[1:]))
-    candidates = [torch.cat([a, b]) for a, b in zip(own, others)]
+    images, others = _distractors(net, weights, distractors, tuple(truth.shape[1:]))
+    keep = _not_in_batch(images, truth.float().cpu())
+    distractors = int(keep.sum())
+    candidates = [torch.cat([a, b[keep]]) for a, b in zip(own, others)]
     d = lpips_pairwise(lp, recon.float().cpu(), candidates)
     # the blank control: a constant image's LPIPS to each original (the lower of black and mid-gray)
     blanks = torch.stack([torch.full(truth.shape[1:], v) for v in (0.0, 0.5)])
