@@ -119,5 +119,5 @@ def test_equal_time_rows_size_each_attacks_budget_to_the_time(tmp_path):
     assert [r["variant"] for r in rows] == ["ig", "fedleak"]
     for r in rows:
         assert r["budget_s"] == 3 and r["labels_insacc"] == 1.0 and r["of"] == 2
-        assert bench.PROBE <= r["iterations"] < 100000 and r["seconds"] <= bench.SLACK * 3 + 1
+        assert bench.PROBE <= r["iterations"] < 100000 and 0.4 * 3 <= r["seconds"] <= bench.SLACK * 3 + 1
     assert rows[0]["iterations"] > rows[1]["iterations"]  # FedLeak's iteration costs about twice IG's
