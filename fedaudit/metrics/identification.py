@@ -60,8 +60,10 @@ def _distractors(net: str, weights: str | None, n: int, shape: tuple[int, ...]) 
 def _not_in_batch(distractors: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
     """Mask of the distractors that are none of the batch's originals: a public image can be a victim too (a
     batch of CIFAR-100 test images), and a copy of the original among the distractors would compete with it."""
-    diff = (distractors[:, None] - truth[None]).abs().flatten(2).amax(2)  # [n, B]
-    return diff.min(1).values > SAME
+    keep = torch.ones(len(distractors), dtype=torch.bool)
+    for original in truth:  # one original at a time: a [n, B, C, H, W] difference would be GBs at 224 px
+        keep &= (distractors - original).abs().flatten(1).amax(1) > SAME
+    return keep
 
 
 def identify(recon: torch.Tensor, truth: torch.Tensor, pairs: list[tuple[int, int]], net: str = "vgg",
