@@ -31,15 +31,20 @@ from fedaudit.jobs import Aux
 METHODS = ["bias-count", "zlg", "ilrg", "llg", "llg-plus", "rlu", "auto", "auto-rules", "auto-evidence", "auto-ensemble"]
 
 
-def victims(py: torch.Tensor, n: int, kind: str, g: torch.Generator) -> torch.Tensor:
+def victims(py: torch.Tensor, n: int, kind: str, g: torch.Generator, share: float = 0.5,
+            shuffle: bool = False) -> torch.Tensor:
+    """Indices of ``n`` victims: "random" (uniform), "one-class" (all of one class) or "two-class" (two classes,
+    ``share`` of them the first; ``shuffle`` interleaves the two, else the first class comes first)."""
     if kind == "random":
         return torch.randint(len(py), (n,), generator=g)
     if kind == "one-class":
         pool = torch.nonzero(py == int(torch.randint(10, (1,), generator=g))).flatten()
         return pool[torch.randint(len(pool), (n,), generator=g)]
     a, b = torch.randperm(10, generator=g)[:2].tolist()
+    m = n // 2 if share == 0.5 else max(1, int(round(share * n)))
     pools = [torch.nonzero(py == c).flatten() for c in (a, b)]
-    return torch.cat([p[torch.randint(len(p), (m,), generator=g)] for p, m in zip(pools, (n // 2, n - n // 2))])
+    idx = torch.cat([p[torch.randint(len(p), (k,), generator=g)] for p, k in zip(pools, (m, n - m))])
+    return idx[torch.randperm(len(idx), generator=g)] if shuffle else idx
 
 
 def client_update(spec, net, pool, trial: int, k: int, b: int, lr: float, momentum: float, kind: str, bn: str):

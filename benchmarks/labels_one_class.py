@@ -21,21 +21,11 @@ import torch
 
 from benchmarks.common import RESULTS, threat_model
 from benchmarks.labels import data, make_model, run_methods, train
+from benchmarks.labels_fedavg import victims
 from fedaudit.client.capture import CaptureConfig
 from fedaudit.jobs import Aux
 
 SHARES = {"two-50": 0.5, "two-75": 0.75, "two-90": 0.9}
-
-
-def victims(py: torch.Tensor, kind: str, n: int, g: torch.Generator) -> torch.Tensor:
-    if kind == "one":
-        pool = torch.nonzero(py == int(torch.randint(10, (1,), generator=g))).flatten()
-        return pool[torch.randint(len(pool), (n,), generator=g)]
-    a, b = torch.randperm(10, generator=g)[:2].tolist()
-    m = max(1, int(round(SHARES[kind] * n)))
-    pa, pb = (torch.nonzero(py == c).flatten() for c in (a, b))
-    idx = torch.cat([pa[torch.randint(len(pa), (m,), generator=g)], pb[torch.randint(len(pb), (n - m,), generator=g)]])
-    return idx[torch.randperm(len(idx), generator=g)]
 
 
 def main() -> int:
@@ -49,7 +39,8 @@ def main() -> int:
         for seed, (k, lr, mom, b, kind, t) in enumerate(cells):
             if k == 1 and (lr, mom) != (0.01, 0.0):
                 continue  # one step: the update is the gradient whatever the optimiser
-            idx = victims(py, kind, b * k, torch.Generator().manual_seed(seed))
+            idx = victims(py, b * k, "one-class" if kind == "one" else "two-class", torch.Generator().manual_seed(seed),
+                          share=SHARES.get(kind, 0.5), shuffle=True)
             cfg = CaptureConfig(batch_size=b, local_steps=k, lr=lr, momentum=mom, kind="delta" if k > 1 else None,
                                 bn_mode="eval")
             tm = threat_model(spec, net, px[idx], py[idx], cfg)
