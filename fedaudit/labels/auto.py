@@ -3,7 +3,8 @@
 ``--strategy hybrid`` (default): the rules below where they are near exact (one local step and input-independent
 outputs: random-init models), the evidence on one-step updates of trained-like models, the mean of the methods on
 FedAvg deltas (below), except for a batch of at most two classes by the signs of the output bias gradient, which
-goes to LLG (the evidence follows RLU, which trails LLG there; docs/results/labels.md). Where the
+goes to LLG (the evidence follows RLU, which trails LLG there; docs/results/labels.md), and, on a model with
+trained-like outputs, a batch of at least four classes by the same signs, which goes to bias-count. Where the
 rules apply, bias-count is kept unless ZLG's or iLRG's raw counts lie clearly closer to their integer counts (a
 truth-free check of each method's assumption on this batch; docs/methods/labels.md). Measured on
 MNIST LeNet/ConvNet rows (docs/results/labels.md) the evidence alone loses up to 9 points to the rules at random
@@ -126,8 +127,8 @@ class Auto(LabelMethod):
     options = (
         MethodOption("strategy", str, "hybrid", "evidence: score every candidate; rules: a fixed preference order; "
                      "ensemble: the mean of the candidates' counts; hybrid: rules where they are exact (one step, "
-                     "input-independent outputs), LLG on few classes, the ensemble on other FedAvg deltas, evidence "
-                     "elsewhere",
+                     "input-independent outputs), LLG on few classes, bias-count on many classes of a trained model, "
+                     "the ensemble on other FedAvg deltas, evidence elsewhere",
                      ("hybrid", "evidence", "rules", "ensemble")),
     )
 
