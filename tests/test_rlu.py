@@ -44,6 +44,19 @@ def _tm(x, y, cfg, seed=0):
     return ThreatModel.from_tensors(Checkpoint.in_memory(SPEC, model), cap.tensors, cap.meta)
 
 
+def _trained(x, y, lr: float, epochs: int):
+    """A DLG LeNet (seed 0) trained with Adam on digits 2000-3999, which the victims (drawn from 0-1999) never are."""
+    torch.manual_seed(0)
+    model = build_model(SPEC)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    for _ in range(epochs):
+        for i in range(2000, 4000, 64):
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(normalize(x[i:i + 64], SPEC)), y[i:i + 64]).backward()
+            opt.step()
+    return model.eval()
+
+
 def _insacc(result, y) -> float:
     return label_metrics(result.counts_int, torch.bincount(y, minlength=10))["InsAcc"]
 
@@ -151,14 +164,7 @@ def test_auto_averages_the_methods_on_a_fast_moving_fedavg_delta(digits):
     counts, which is at least as accurate as their average (InsAcc is concave in the counts) and beats the
     evidence's pick (RLU, whose simulation of the local steps drifts at this learning rate) on these batches."""
     x, y, aux = digits
-    torch.manual_seed(0)
-    model = build_model(SPEC)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    for i in range(2000, 4000, 64):  # one epoch on digits the victims never come from
-        opt.zero_grad()
-        torch.nn.functional.cross_entropy(model(normalize(x[i:i + 64], SPEC)), y[i:i + 64]).backward()
-        opt.step()
-    model.eval()
+    model = _trained(x, y, lr=1e-3, epochs=1)
     ens_acc, ev_acc = [], []
     for trial in range(2):
         idx = torch.randperm(2000, generator=torch.Generator().manual_seed(30 + trial))[:64]
@@ -185,15 +191,7 @@ def test_auto_sends_a_many_class_batch_of_a_trained_model_to_bias_count(digits):
     evidence's pick (RLU, whose least squares is ill-conditioned when the model is sure: S is near I) on these
     batches (3.44 against 3.03 summed InsAcc when written)."""
     x, y, aux = digits
-    torch.manual_seed(0)
-    model = build_model(SPEC)
-    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-    for _ in range(4):  # four epochs on digits the victims never come from
-        for i in range(2000, 4000, 64):
-            opt.zero_grad()
-            torch.nn.functional.cross_entropy(model(normalize(x[i:i + 64], SPEC)), y[i:i + 64]).backward()
-            opt.step()
-    model.eval()
+    model = _trained(x, y, lr=3e-3, epochs=4)
     routed, evidence = [], []
     for trial in range(4):
         idx = torch.randperm(2000, generator=torch.Generator().manual_seed(40 + trial))[:32]

@@ -155,9 +155,7 @@ class Auto(LabelMethod):
                 if result is not None:
                     return result
             if not rules_exact and not exact:
-                result = self._few_classes(tm, session, spread)
-                if result is None and spread is not None and spread >= SPREAD_THRESHOLD:
-                    result = self._many_classes(tm, session, spread)
+                result = self._by_class_count(tm, session, spread)
                 if result is not None:
                     return result
             strategy = "rules" if rules_exact else "ensemble" if tm.meta.local_steps > 1 else "evidence"
@@ -208,37 +206,29 @@ class Auto(LabelMethod):
                               **result.diagnostics}
         return result
 
-    def _few_classes(self, tm: ThreatModel, session: Session, spread: float | None) -> LabelResult | None:
-        """Several local steps or trained-like outputs, and a batch of at most FEW_CLASSES classes by the signs of the
-        output bias gradient: LLG (it led RLU, which the evidence follows, on such batches; docs/results/labels.md)."""
+    def _by_class_count(self, tm: ThreatModel, session: Session, spread: float | None) -> LabelResult | None:
+        """Several local steps or trained-like outputs, routed by the number of negative output-bias-gradient entries
+        (on a trained DLG LeNet every negative entry is a present class and 79% of present classes are negative):
+        * at most FEW_CLASSES: LLG (it led RLU, which the evidence follows, on such batches);
+        * at least MANY_CLASSES on trained-like outputs: bias-count (a batch spread like the aux set, where RLU's
+          least squares is ill-conditioned because the model is sure: S near I).
+        Anything else: None (docs/results/labels.md, "Many classes")."""
         gb = tm.final_bias_grad
         if gb is None:
             return None
         negative = int((gb < 0).sum())
-        if negative == 0 or negative > FEW_CLASSES:
+        if 0 < negative <= FEW_CLASSES:
+            method, strategy = "llg", "hybrid, few classes"
+        elif negative >= MANY_CLASSES and spread is not None and spread >= SPREAD_THRESHOLD:
+            method, strategy = "bias-count", "hybrid, many classes"
+        else:
             return None
-        runs, _ = _run_each(tm, session, ("llg",))
+        runs, _ = _run_each(tm, session, (method,))
         if not runs:
             return None
         name, result, sub, _ = runs[0]
-        result.diagnostics = {"chosen": name, "strategy": "hybrid, few classes", **self._regime(spread),
+        result.diagnostics = {"chosen": name, "strategy": strategy, **self._regime(spread),
                               "negative_bias_entries": negative, "aux": sub.aux.kind if sub.aux else None,
-                              **result.diagnostics}
-        return result
-
-    def _many_classes(self, tm: ThreatModel, session: Session, spread: float) -> LabelResult | None:
-        """Trained-like outputs and at least MANY_CLASSES negative output-bias-gradient entries: bias-count. On a trained
-        model the negative entries are (nearly) all present classes (on a trained DLG LeNet: every negative entry a
-        present class, 79% of present classes negative), so many of them mark a batch spread like the aux set."""
-        gb = tm.final_bias_grad
-        if gb is None or int((gb < 0).sum()) < MANY_CLASSES:
-            return None
-        runs, _ = _run_each(tm, session, ("bias-count",))
-        if not runs:
-            return None
-        name, result, sub, _ = runs[0]
-        result.diagnostics = {"chosen": name, "strategy": "hybrid, many classes", **self._regime(spread),
-                              "negative_bias_entries": int((gb < 0).sum()), "aux": sub.aux.kind if sub.aux else None,
                               **result.diagnostics}
         return result
 
