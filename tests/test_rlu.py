@@ -37,9 +37,11 @@ def digits():
     return x[:4000], y[:4000], Aux(x[aux_idx], y[aux_idx], "images")
 
 
-def _tm(x, y, cfg, seed=0):
-    torch.manual_seed(seed)
-    model = build_model(SPEC)
+def _tm(x, y, cfg, seed=0, model=None):
+    """The server's view of ``model``'s update on (x, y); without a model, a fresh DLG LeNet from ``seed``."""
+    if model is None:
+        torch.manual_seed(seed)
+        model = build_model(SPEC)
     cap = capture_update(model, SPEC, x, y, cfg)
     return ThreatModel.from_tensors(Checkpoint.in_memory(SPEC, model), cap.tensors, cap.meta)
 
@@ -168,9 +170,8 @@ def test_auto_averages_the_methods_on_a_fast_moving_fedavg_delta(digits):
     ens_acc, ev_acc = [], []
     for trial in range(2):
         idx = torch.randperm(2000, generator=torch.Generator().manual_seed(30 + trial))[:64]
-        cap = capture_update(model, SPEC, x[idx], y[idx],
-                             CaptureConfig(batch_size=16, local_steps=4, lr=0.1, kind="delta", bn_mode="eval"))
-        tm = ThreatModel.from_tensors(Checkpoint.in_memory(SPEC, model), cap.tensors, cap.meta)
+        tm = _tm(x[idx], y[idx], CaptureConfig(batch_size=16, local_steps=4, lr=0.1, kind="delta", bn_mode="eval"),
+                 model=model)
         chosen = LabelJob(Session(aux=aux), tm, "auto").result()
         d = chosen.diagnostics
         assert d["strategy"] == "ensemble" and len(d["members"]) >= 4, d.get("members")
@@ -195,8 +196,7 @@ def test_auto_sends_a_many_class_batch_of_a_trained_model_to_bias_count(digits):
     routed, evidence = [], []
     for trial in range(4):
         idx = torch.randperm(2000, generator=torch.Generator().manual_seed(40 + trial))[:32]
-        cap = capture_update(model, SPEC, x[idx], y[idx], CaptureConfig(batch_size=32, bn_mode="eval"))
-        tm = ThreatModel.from_tensors(Checkpoint.in_memory(SPEC, model), cap.tensors, cap.meta)
+        tm = _tm(x[idx], y[idx], CaptureConfig(batch_size=32, bn_mode="eval"), model=model)
         chosen = LabelJob(Session(aux=aux), tm, "auto").result()
         d = chosen.diagnostics
         assert d["strategy"] == "hybrid, many classes" and d["chosen"] == "bias-count", d["strategy"]
@@ -221,10 +221,7 @@ def test_rlu_cli_runs_and_says_when_it_cannot_apply(cli, tmp_path):
 def test_rlu_needs_the_output_bias_gradient(cli, tmp_path):
     """An update that withholds the output bias: RLU says so instead of guessing."""
     x, y = mnist_digits(pad_to=32)
-    torch.manual_seed(0)
-    model = build_model(SPEC)
-    cap = capture_update(model, SPEC, x[:4], y[:4], CaptureConfig(batch_size=4, withhold=("fc.bias",), bn_mode="eval"))
-    tm = ThreatModel.from_tensors(Checkpoint.in_memory(SPEC, model), cap.tensors, cap.meta)
+    tm = _tm(x[:4], y[:4], CaptureConfig(batch_size=4, withhold=("fc.bias",), bn_mode="eval"))
     assert any("bias" in why for why in LABEL_METHODS.get("rlu").why_not(tm, Session(aux=Aux.dummies(SPEC, 50, 0))))
 
 

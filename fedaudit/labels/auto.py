@@ -56,7 +56,8 @@ FEW_CLASSES = 2
 # hybrid, trained-like outputs: at least this many negative entries reads as a batch spread over many classes. There
 # the update carries little count information beyond which classes are present, and bias-count (the batch's softmax
 # sum taken as B times the aux mean: a composition like the aux set's) leads RLU, which the evidence and the
-# ensemble follow, by 10-30 points on FedSGD and FedAvg updates alike (docs/results/labels.md, "Many classes")
+# ensemble follow, by 12 points on the trained DLG LeNet's FedSGD batches and 19-42 on trained ConvNet deltas
+# (docs/results/labels.md, "Many classes")
 MANY_CLASSES = 4
 # hybrid, several local steps (a FedAvg delta) of a batch of more than FEW_CLASSES classes: the mean of these
 # methods' count vectors (docs/results/labels.md)
