@@ -129,9 +129,13 @@ def main(argv=None) -> int:
     ap.add_argument("--merge", metavar="METHODS", help="re-run only these methods (comma list) on the same batches and "
                     "replace their columns in OUT/labels.json; 'llg' and 'gdbr' are re-run too and must reproduce "
                     "the stored numbers exactly (same models, same batches)")
+    ap.add_argument("--bn-buffers", action="store_true", help="attach the clients' BN buffers to the gradient uploads "
+                    "(the BN-statistics channel, bn-count); BN models only, written to OUT/labels_bn_buffers.{json,md}")
+    ap.add_argument("--models", help="comma list of model labels' first words to run (lenet, convnet, resnet10, mlp)")
     args = ap.parse_args(argv)
+    name = "labels_bn_buffers" if args.bn_buffers else "labels"
     merge = args.merge.split(",") + ["llg", "gdbr"] if args.merge else None
-    stored = json.loads((args.out / "labels.json").read_text()) if merge else None
+    stored = json.loads((args.out / f"{name}.json").read_text()) if merge else None
     torch.set_num_threads(2)
     trials = 1 if args.quick else args.trials
     sizes = [1, 8, 64] if args.quick else [1, 8, 16, 32, 64]
@@ -144,6 +148,12 @@ def main(argv=None) -> int:
                    ("mlp, fc withheld (GDBR init)", "mlp", {"hidden": [256, 128], "bias": False}, "gdbr")]
     if args.quick:
         models, gdbr_models = models[:1] + models[2:3], gdbr_models[:1]
+    if args.bn_buffers:
+        models, gdbr_models = [m for m in models if m[1] != "lenet"], []
+    if args.models:
+        keep = args.models.split(",")
+        models = [m for m in models if m[0].split()[0] in keep]
+        gdbr_models = [m for m in gdbr_models if m[0].split()[0] in keep]
     rows, meta = [], {}
     for label, arch, kwargs, head_init in models + gdbr_models:
         withhold = ("fc.*",) if arch == "mlp" else ()
@@ -161,19 +171,21 @@ def main(argv=None) -> int:
                     g = torch.Generator().manual_seed(1000 * b + dists.index(dist))
                     for t in range(trials):
                         idx = batch_indices(py, b, dist, g)
-                        cfg = CaptureConfig(batch_size=b, bn_mode="train" if b > 1 else "eval", withhold=withhold)
+                        cfg = CaptureConfig(batch_size=b, bn_mode="train" if b > 1 else "eval", withhold=withhold,
+                                            include_buffers=True if args.bn_buffers else None)
                         tm = threat_model(spec, model, px[idx], py[idx], cfg)
                         res = run_methods(tm, py[idx], aux, seed=t, methods=merge)
                         rows.append({"model": label, "state": state, "dist": dist, "B": b, "trial": t, "results": res})
             print(f"{label} / {state}: done ({meta[f'{label} / {state}']})", file=sys.stderr, flush=True)
-    fedavg = fedavg_sweep(train_xy, aux, (px, py), quick=args.quick, methods=merge)
+    fedavg = [] if args.bn_buffers or args.models else \
+        fedavg_sweep(train_xy, aux, (px, py), quick=args.quick, methods=merge)
     if merge:
         rows, fedavg = merged(stored, rows, fedavg, args.merge.split(","))
         meta = stored["models"]
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "labels.json").write_text(json.dumps({"rows": rows, "models": meta, "fedavg": fedavg}, indent=1))
-    (args.out / "labels.md").write_text(markdown(rows, meta, fedavg, sizes, dists))
-    print((args.out / "labels.md").read_text())
+    (args.out / f"{name}.json").write_text(json.dumps({"rows": rows, "models": meta, "fedavg": fedavg}, indent=1))
+    (args.out / f"{name}.md").write_text(markdown(rows, meta, fedavg, sizes, dists))
+    print((args.out / f"{name}.md").read_text())
     return 0
 
 
@@ -182,7 +194,9 @@ def merged(stored, rows, fedavg, methods):
     key = lambda r: (r["model"], r["state"], r["dist"], r["B"], r["trial"])  # noqa: E731
     new = {key(r): r["results"] for r in rows}
     for r in stored["rows"]:
-        fresh = new[key(r)]
+        fresh = new.get(key(r))
+        if fresh is None:  # a model not re-run (--models)
+            continue
         for check in ("llg", "gdbr"):
             if check in r["results"]:
                 assert abs(fresh[check]["InsAcc"] - r["results"][check]["InsAcc"]) < 1e-12, ("batches differ", key(r))

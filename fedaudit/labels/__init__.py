@@ -8,6 +8,7 @@ LABEL_METHODS: Registry = Registry("label method")
 from fedaudit.labels import (  # noqa: E402,F401
     auto,
     bias_count,
+    bn_count,
     fedleak,
     gdbr,
     hfgi,

@@ -4,7 +4,9 @@
 outputs: random-init models), the evidence on one-step updates of trained-like models, the mean of the methods on
 FedAvg deltas (below), except for a batch of at most two classes by the signs of the output bias gradient, which
 goes to LLG (the evidence follows RLU, which trails LLG there; docs/results/labels.md), and, on a model with
-trained-like outputs, a batch of at least four classes by the same signs, which goes to bias-count. Where the
+trained-like outputs, a batch of at least four classes by the same signs, which goes to bias-count; before both, a
+one-step upload of a trained-like model that carries BN buffers, with labelled aux images, goes to bn-count unless
+its bias gradient shows a single class (the BN statistics count sure samples, the output layer hardly). Where the
 rules apply, bias-count is kept unless ZLG's or iLRG's raw counts lie clearly closer to their integer counts (a
 truth-free check of each method's assumption on this batch; docs/methods/labels.md). Measured on
 MNIST LeNet/ConvNet rows (docs/results/labels.md) the evidence alone loses up to 9 points to the rules at random
@@ -128,7 +130,8 @@ class Auto(LabelMethod):
     options = (
         MethodOption("strategy", str, "hybrid", "evidence: score every candidate; rules: a fixed preference order; "
                      "ensemble: the mean of the candidates' counts; hybrid: rules where they are exact (one step, "
-                     "input-independent outputs), LLG on few classes, bias-count on many classes of a trained model, "
+                     "input-independent outputs), bn-count on trained models' one-step uploads with BN buffers, LLG on "
+                     "few classes, bias-count on many classes of a trained model, "
                      "the ensemble on other FedAvg deltas, evidence elsewhere",
                      ("hybrid", "evidence", "rules", "ensemble")),
     )
@@ -212,15 +215,23 @@ class Auto(LabelMethod):
         (on a trained DLG LeNet every negative entry is a present class and 79% of present classes are negative):
         * at most FEW_CLASSES: LLG (it led RLU, which the evidence follows, on such batches);
         * at least MANY_CLASSES on trained-like outputs: bias-count (a batch spread like the aux set, where RLU's
-          least squares is ill-conditioned because the model is sure: S near I).
+          least squares is ill-conditioned because the model is sure: S near I);
+        * but first, on trained-like outputs with more than one negative entry: bn-count wherever it applies (a
+          one-step upload with BN buffers and labelled aux images), which reads the counts from the BN statistics
+          that sure samples move as much as any other (docs/results/labels.md, "BN statistics"; with one negative
+          entry LLG's single class stays, bn-count spreads a few samples over other classes).
         Anything else: None (docs/results/labels.md, "Many classes")."""
         gb = tm.final_bias_grad
         if gb is None:
             return None
         negative = int((gb < 0).sum())
-        if 0 < negative <= FEW_CLASSES:
+        trained = spread is not None and spread >= SPREAD_THRESHOLD
+        bn = LABEL_METHODS.get("bn-count")
+        if trained and negative > 1 and not bn.why_not(tm, session):
+            method, strategy = "bn-count", "hybrid, BN statistics"
+        elif 0 < negative <= FEW_CLASSES:
             method, strategy = "llg", "hybrid, few classes"
-        elif negative >= MANY_CLASSES and spread is not None and spread >= SPREAD_THRESHOLD:
+        elif negative >= MANY_CLASSES and trained:
             method, strategy = "bias-count", "hybrid, many classes"
         else:
             return None
