@@ -20,12 +20,13 @@ from fedaudit.threat_model import ThreatModel
 
 from .helpers import assert_one_error_line, sample
 
-SPEC = ModelSpec("convnet", 10, (1, 32, 32), MNIST_MEAN, MNIST_STD, {"width": 4})  # 8 BN layers, 224 channels
+BATCHES = 8
+SPEC = ModelSpec("convnet", 10, (1, 32, 32), MNIST_MEAN, MNIST_STD, {"width": 8})  # 8 BN layers, 448 channels
 
 
 @pytest.fixture(scope="module")
 def setting():
-    """A ConvNet (width 4) trained two epochs with Adam on digits 2000-3999; victims come from 0-1999, 50 aux digits
+    """A ConvNet (width 8) trained one epoch with Adam on digits 2000-3999; victims come from 0-1999, 50 aux digits
     per class from 4000 on."""
     x, y = mnist_digits(pad_to=32)
     perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(0))
@@ -35,11 +36,15 @@ def setting():
     torch.manual_seed(0)
     model = build_model(SPEC).train()
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-    for _ in range(2):
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the same trained model whatever thread count earlier tests left behind
+    try:
         for i in range(2000, 4000, 64):
             opt.zero_grad()
             torch.nn.functional.cross_entropy(model(normalize(x[i:i + 64], SPEC)), y[i:i + 64]).backward()
             opt.step()
+    finally:
+        torch.set_num_threads(threads)
     return x[:2000], y[:2000], Aux(x[aux_idx], y[aux_idx], "images"), model.eval()
 
 
@@ -65,13 +70,13 @@ def test_the_aux_pass_reproduces_the_batch_moments_exactly(setting):
 
 
 def test_bn_count_beats_the_gradient_methods_on_a_trained_model(setting):
-    """Four random batches of 16 (the trained model is sure of most samples, so the output layer says little about
+    """Eight random batches of 16 (the trained model is sure of most samples, so the output layer says little about
     counts): bn-count is ahead of bias-count (the best gradient method here) and ``auto`` follows it.
-    Measured: bn-count 0.81 mean, bias-count 0.73, LLG 0.39, RLU 0.47."""
+    Measured: bn-count 0.84 mean, bias-count 0.74."""
     x, y, aux, model = setting
     g = torch.Generator().manual_seed(1)
     scores: dict[str, list[float]] = {}
-    for _ in range(4):
+    for _ in range(BATCHES):
         idx = torch.randint(len(y), (16,), generator=g)
         tm = _tm(model, x[idx], y[idx], batch_size=16, include_buffers=True)
         for name in ("bn-count", "bias-count", "auto"):
@@ -82,8 +87,20 @@ def test_bn_count_beats_the_gradient_methods_on_a_trained_model(setting):
             if name == "bn-count":
                 assert r.diagnostics["bn_layers"] == 8 and r.diagnostics["aux_classes"] == 10
     mean = {k: sum(v) / len(v) for k, v in scores.items()}
-    assert mean["bn-count"] >= 0.75 and mean["bn-count"] >= mean["bias-count"] + 0.04, mean
+    assert mean["bn-count"] >= 0.8 and mean["bn-count"] >= mean["bias-count"] + 0.06, mean
     assert scores["auto"] == scores["bn-count"]
+
+
+def test_auto_keeps_llg_on_a_single_class_batch(setting):
+    """One negative output-bias entry and bn-count putting most of the batch on one class: ``auto`` returns LLG's
+    counts (on the benchmark's trained BN models 94-100% on single-class batches against bn-count's 91-95) and
+    reports bn-count's beside them."""
+    x, y, aux, model = setting
+    idx = torch.nonzero(y == 3).flatten()[:16]
+    tm = _tm(model, x[idx], y[idx], batch_size=16, include_buffers=True)
+    r = LabelJob(Session(aux=aux), tm, "auto").result()
+    assert r.diagnostics["strategy"] == "hybrid, few classes" and r.diagnostics["negative_bias_entries"] == 1
+    assert max(r.diagnostics["bn_count_counts"]) >= 13 and _insacc(r, y[idx]) >= 0.9
 
 
 def test_bn_count_says_why_it_cannot_apply(setting):

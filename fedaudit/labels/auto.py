@@ -6,7 +6,7 @@ FedAvg deltas (below), except for a batch of at most two classes by the signs of
 goes to LLG (the evidence follows RLU, which trails LLG there; docs/results/labels.md), and, on a model with
 trained-like outputs, a batch of at least four classes by the same signs, which goes to bias-count; before both, a
 one-step upload of a trained-like model that carries BN buffers, with labelled aux images, goes to bn-count unless
-its bias gradient shows a single class (the BN statistics count sure samples, the output layer hardly). Where the
+the batch reads as a single class (the BN statistics count sure samples, the output layer hardly). Where the
 rules apply, bias-count is kept unless ZLG's or iLRG's raw counts lie clearly closer to their integer counts (a
 truth-free check of each method's assumption on this batch; docs/methods/labels.md). Measured on
 MNIST LeNet/ConvNet rows (docs/results/labels.md) the evidence alone loses up to 9 points to the rules at random
@@ -61,6 +61,9 @@ FEW_CLASSES = 2
 # ensemble follow, by 12 points on the trained DLG LeNet's FedSGD batches and 19-42 on trained ConvNet deltas
 # (docs/results/labels.md, "Many classes")
 MANY_CLASSES = 4
+# hybrid, trained-like outputs, bn-count applicable: one negative entry and at least this share of the batch on one
+# class by bn-count reads as a single-class batch, which goes to LLG (docs/results/labels.md, "BN statistics")
+ONE_CLASS_SHARE = 0.8
 # hybrid, several local steps (a FedAvg delta) of a batch of more than FEW_CLASSES classes: the mean of these
 # methods' count vectors (docs/results/labels.md)
 ENSEMBLE = ("bias-count", "zlg", "ilrg", "llg", "llg-plus", "rlu")
@@ -216,32 +219,39 @@ class Auto(LabelMethod):
         * at most FEW_CLASSES: LLG (it led RLU, which the evidence follows, on such batches);
         * at least MANY_CLASSES on trained-like outputs: bias-count (a batch spread like the aux set, where RLU's
           least squares is ill-conditioned because the model is sure: S near I);
-        * but first, on trained-like outputs with more than one negative entry: bn-count wherever it applies (a
-          one-step upload with BN buffers and labelled aux images), which reads the counts from the BN statistics
-          that sure samples move as much as any other (docs/results/labels.md, "BN statistics"; with one negative
-          entry LLG's single class stays, bn-count spreads a few samples over other classes).
+        * but first, on trained-like outputs: bn-count wherever it applies (a one-step upload with BN buffers and
+          labelled aux images), which reads the counts from the BN statistics that sure samples move as much as any
+          other (docs/results/labels.md, "BN statistics"), unless the bias gradient shows one class and bn-count
+          puts at least ONE_CLASS_SHARE of the batch on one class: a single-class batch, where LLG is exact and
+          bn-count spreads a sample or two over other classes.
         Anything else: None (docs/results/labels.md, "Many classes")."""
         gb = tm.final_bias_grad
         if gb is None:
             return None
         negative = int((gb < 0).sum())
         trained = spread is not None and spread >= SPREAD_THRESHOLD
-        bn = LABEL_METHODS.get("bn-count")
-        if trained and negative > 1 and not bn.why_not(tm, session):
-            method, strategy = "bn-count", "hybrid, BN statistics"
-        elif 0 < negative <= FEW_CLASSES:
+        extra: dict = {}
+        if trained and negative > 0 and not LABEL_METHODS.get("bn-count").why_not(tm, session):
+            runs, _ = _run_each(tm, session, ("bn-count",))
+            if runs:
+                counts = runs[0][1].counts_int
+                if negative > 1 or float(counts.max()) < ONE_CLASS_SHARE * float(counts.sum()):
+                    return self._routed(runs[0], "hybrid, BN statistics", spread, negative, {})
+                extra = {"bn_count_counts": counts.tolist()}
+        if 0 < negative <= FEW_CLASSES:
             method, strategy = "llg", "hybrid, few classes"
         elif negative >= MANY_CLASSES and trained:
             method, strategy = "bias-count", "hybrid, many classes"
         else:
             return None
         runs, _ = _run_each(tm, session, (method,))
-        if not runs:
-            return None
-        name, result, sub, _ = runs[0]
+        return self._routed(runs[0], strategy, spread, negative, extra) if runs else None
+
+    def _routed(self, run, strategy: str, spread: float | None, negative: int, extra: dict) -> LabelResult:
+        name, result, sub, _ = run
         result.diagnostics = {"chosen": name, "strategy": strategy, **self._regime(spread),
                               "negative_bias_entries": negative, "aux": sub.aux.kind if sub.aux else None,
-                              **result.diagnostics}
+                              **extra, **result.diagnostics}
         return result
 
     def _by_ensemble(self, tm: ThreatModel, session: Session, spread: float | None) -> LabelResult | None:

@@ -184,6 +184,10 @@ class BNCount(LabelMethod):
         aux = self.aux_of(session)
         if aux.labels is None:
             raise NotApplicable("bn-count needs labelled auxiliary images")
+        untracked = [n for n, mod in tm.model.named_modules()
+                     if isinstance(mod, nn.modules.batchnorm._BatchNorm) and mod.running_mean is None]
+        if untracked:  # such a layer normalises every forward with its own batch: the aux pass could not match it
+            raise NotApplicable(f"bn-count: BatchNorm layer {untracked[0]!r} keeps no running statistics")
         stats = bn_statistics.recover(tm)
         feats = aux_moments(tm, stats, aux.images, aux.normalized)
         observed = batch_moments(stats)
