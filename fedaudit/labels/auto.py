@@ -6,7 +6,8 @@ FedAvg deltas (below), except for a batch of at most two classes by the signs of
 goes to LLG (the evidence follows RLU, which trails LLG there; docs/results/labels.md), and, on a model with
 trained-like outputs, a batch of at least four classes by the same signs, which goes to bias-count; before both, a
 one-step upload of a trained-like model that carries BN buffers, with labelled aux images, goes to bn-count unless
-the batch reads as a single class (the BN statistics count sure samples, the output layer hardly). Where the
+the batch reads as a single class (then all to that class; the BN statistics count sure samples, the output layer
+hardly). Where the
 rules apply, bias-count is kept unless ZLG's or iLRG's raw counts lie clearly closer to their integer counts (a
 truth-free check of each method's assumption on this batch; docs/methods/labels.md). Measured on
 MNIST LeNet/ConvNet rows (docs/results/labels.md) the evidence alone loses up to 9 points to the rules at random
@@ -61,8 +62,8 @@ FEW_CLASSES = 2
 # ensemble follow, by 12 points on the trained DLG LeNet's FedSGD batches and 19-42 on trained ConvNet deltas
 # (docs/results/labels.md, "Many classes")
 MANY_CLASSES = 4
-# hybrid, trained-like outputs, bn-count applicable: one negative entry and at least this share of the batch on one
-# class by bn-count reads as a single-class batch, which goes to LLG (docs/results/labels.md, "BN statistics")
+# hybrid, trained-like outputs, bn-count applicable: one negative entry and at least this share of the batch on that
+# class by bn-count reads as a single-class batch: all of it goes to that class (docs/results/labels.md, "BN statistics")
 ONE_CLASS_SHARE = 0.8
 # hybrid, several local steps (a FedAvg delta) of a batch of more than FEW_CLASSES classes: the mean of these
 # methods' count vectors (docs/results/labels.md)
@@ -222,8 +223,9 @@ class Auto(LabelMethod):
         * but first, on trained-like outputs: bn-count wherever it applies (a one-step upload with BN buffers and
           labelled aux images), which reads the counts from the BN statistics that sure samples move as much as any
           other (docs/results/labels.md, "BN statistics"), unless the bias gradient shows one class and bn-count
-          puts at least ONE_CLASS_SHARE of the batch on one class: a single-class batch, where LLG is exact and
-          bn-count spreads a sample or two over other classes.
+          puts at least ONE_CLASS_SHARE of the batch on one class: a single-class batch, where bn-count spreads a
+          sample or two over other classes. If bn-count's class is the negative entry's, the whole batch is that
+          class ("one class"); otherwise LLG.
         Anything else: None (docs/results/labels.md, "Many classes")."""
         gb = tm.final_bias_grad
         if gb is None:
@@ -238,6 +240,12 @@ class Auto(LabelMethod):
                 if negative > 1 or float(counts.max()) < ONE_CLASS_SHARE * float(counts.sum()):
                     return self._routed(runs[0], "hybrid, BN statistics", spread, negative, {})
                 extra = {"bn_count_counts": counts.tolist()}
+                top = int(torch.argmax(counts))
+                if float(gb[top]) < 0:  # both channels name the same single class: the whole batch is that class
+                    one = torch.zeros_like(counts)
+                    one[top] = int(counts.sum())
+                    return self._routed(("one class", LabelResult(one.double(), one), runs[0][2], 0.0),
+                                        "hybrid, one class", spread, negative, extra)
         if 0 < negative <= FEW_CLASSES:
             method, strategy = "llg", "hybrid, few classes"
         elif negative >= MANY_CLASSES and trained:
