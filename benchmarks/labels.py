@@ -114,6 +114,7 @@ def run_methods(tm, true_labels, aux, seed, methods=None):
         out[name] = {"InsAcc": m["InsAcc"], "ClsAcc": m["ClsAcc"], "s": time.perf_counter() - t0}
         if method == "auto":
             out[name]["chosen"] = r.diagnostics["chosen"]
+            out[name]["strategy"] = r.diagnostics.get("strategy")
     return out
 
 

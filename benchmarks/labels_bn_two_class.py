@@ -20,7 +20,7 @@ from benchmarks.common import RESULTS, threat_model
 from benchmarks.labels import data, make_model, run_methods, train
 from benchmarks.labels_fedavg import victims
 from fedaudit.client.capture import CaptureConfig
-from fedaudit.jobs import Aux, LabelJob, Session
+from fedaudit.jobs import Aux
 
 METHODS = ["bn-count", "llg", "rlu", "hfgi", "auto"]
 
@@ -40,9 +40,10 @@ def main() -> int:
                 idx = victims(py, b, "two-class", torch.Generator().manual_seed(100 * t + b), share=share)
                 cfg = CaptureConfig(batch_size=b, bn_mode="train", include_buffers=True)
                 tm = threat_model(spec, model, px[idx], py[idx], cfg)
-                for name, r in run_methods(tm, py[idx], aux, seed=t, methods=METHODS).items():
+                res = run_methods(tm, py[idx], aux, seed=t, methods=METHODS)
+                for name, r in res.items():
                     acc[name].append(r["InsAcc"])
-                routes[LabelJob(Session(aux=aux, seed=t), tm, "auto").result().diagnostics["strategy"]] += 1
+                routes[res["auto"]["strategy"]] += 1
             row = {"share": share, "B": b, "InsAcc": {k: sum(v) / len(v) for k, v in acc.items()}, "auto_routes": dict(routes)}
             rows.append(row)
             print(json.dumps(row), flush=True)

@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+import torch
 from typer.testing import CliRunner
 
 from fedaudit.attacks.base import OptimizationAttack
@@ -15,6 +16,7 @@ from fedaudit.cli.app import app
 from fedaudit.data.offline import CIFAR10_MEAN, CIFAR10_STD
 from fedaudit.io.truth import Truth, load_truth
 from fedaudit.jobs import ReconstructJob
+from fedaudit.metrics.labels import label_metrics
 from fedaudit.models import ModelSpec
 from fedaudit.session import Session
 from fedaudit.threat_model import ThreatModel
@@ -95,3 +97,8 @@ def assert_one_error_line(stderr: str, *fragments: str) -> None:
     assert "Traceback" not in stderr
     for frag in fragments:
         assert frag in lines[0], (frag, lines[0])
+
+
+def insacc(result, y) -> float:
+    """InsAcc of a label result against the true labels ``y`` (10 classes)."""
+    return label_metrics(result.counts_int, torch.bincount(y, minlength=10))["InsAcc"]

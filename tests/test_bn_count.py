@@ -13,12 +13,11 @@ from fedaudit.io.checkpoint import Checkpoint
 from fedaudit.jobs import Aux, LabelJob, Session
 from fedaudit.labels import LABEL_METHODS
 from fedaudit.labels.bn_count import aux_moments, batch_moments
-from fedaudit.metrics.labels import label_metrics
 from fedaudit.models import ModelSpec, build_model
 from fedaudit.models.normalize import normalize
 from fedaudit.threat_model import ThreatModel
 
-from .helpers import assert_one_error_line, sample
+from .helpers import assert_one_error_line, insacc, sample
 
 BATCHES = 8
 SPEC = ModelSpec("convnet", 10, (1, 32, 32), MNIST_MEAN, MNIST_STD, {"width": 8})  # 8 BN layers, 448 channels
@@ -53,9 +52,6 @@ def _tm(model, x, y, **cfg):
     return ThreatModel.from_tensors(Checkpoint.in_memory(SPEC, model), cap.tensors, cap.meta)
 
 
-def _insacc(result, y) -> float:
-    return label_metrics(result.counts_int, torch.bincount(y, minlength=10))["InsAcc"]
-
 
 def test_the_aux_pass_reproduces_the_batch_moments_exactly(setting):
     """The method's premise: run under the recovered statistics, the victims' own per-sample moments average to the
@@ -81,7 +77,7 @@ def test_bn_count_beats_the_gradient_methods_on_a_trained_model(setting):
         tm = _tm(model, x[idx], y[idx], batch_size=16, include_buffers=True)
         for name in ("bn-count", "bias-count", "auto"):
             r = LabelJob(Session(aux=aux), tm, name).result()
-            scores.setdefault(name, []).append(_insacc(r, y[idx]))
+            scores.setdefault(name, []).append(insacc(r, y[idx]))
             if name == "auto":
                 assert r.diagnostics["strategy"] == "hybrid, BN statistics" and r.diagnostics["chosen"] == "bn-count"
             if name == "bn-count":

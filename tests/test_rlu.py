@@ -21,7 +21,7 @@ from fedaudit.models import ModelSpec, build_model
 from fedaudit.models.normalize import normalize
 from fedaudit.threat_model import ThreatModel
 
-from .helpers import assert_one_error_line, sample
+from .helpers import assert_one_error_line, insacc, sample
 
 SPEC = ModelSpec("lenet", 10, (1, 32, 32), MNIST_MEAN, MNIST_STD, {})  # DLG's LeNet: sigmoid, U(-0.5, 0.5) init
 
@@ -59,9 +59,6 @@ def _trained(x, y, lr: float, epochs: int):
     return model.eval()
 
 
-def _insacc(result, y) -> float:
-    return label_metrics(result.counts_int, torch.bincount(y, minlength=10))["InsAcc"]
-
 
 def test_rlu_is_exact_on_an_untrained_lenet_batch_with_repeats(digits):
     x, y, aux = digits
@@ -83,9 +80,9 @@ def test_rlu_on_a_fedavg_delta_beats_llg(digits):
         idx = torch.randperm(len(y), generator=torch.Generator().manual_seed(trial))[:64]
         tm = _tm(x[idx], y[idx], CaptureConfig(batch_size=16, local_steps=4, lr=0.01, kind="delta", bn_mode="eval"))
         session = Session(aux=aux)
-        rlu.append(_insacc(LabelJob(session, tm, "rlu").result(), y[idx]))
-        sim.append(_insacc(LabelJob(session, tm, "rlu", {"trajectory": "simulate", "simulations": 2}).result(), y[idx]))
-        llg.append(_insacc(LabelJob(session, tm, "llg").result(), y[idx]))
+        rlu.append(insacc(LabelJob(session, tm, "rlu").result(), y[idx]))
+        sim.append(insacc(LabelJob(session, tm, "rlu", {"trajectory": "simulate", "simulations": 2}).result(), y[idx]))
+        llg.append(insacc(LabelJob(session, tm, "llg").result(), y[idx]))
     assert sum(rlu) / 2 >= sum(llg) / 2 + 0.10, (rlu, llg)
     assert sum(sim) / 2 >= sum(llg) / 2, (sim, llg)
 
@@ -111,7 +108,7 @@ def test_evidence_scores_the_true_counts_best_and_auto_reports_every_candidate(d
     closest = min(scores, key=scores.__getitem__)  # kept over bias-count only when clearly closer (MARGIN)
     expected = closest if scores[closest] <= MARGIN * scores["bias-count"] else "bias-count"
     assert set(scores) == {"bias-count", "zlg", "ilrg"} and hybrid.diagnostics["chosen"] == expected
-    assert _insacc(hybrid, y[idx]) >= 0.9
+    assert insacc(hybrid, y[idx]) >= 0.9
 
 
 def test_auto_by_evidence_on_a_fedavg_delta_beats_the_rules(digits):
@@ -125,11 +122,11 @@ def test_auto_by_evidence_on_a_fedavg_delta_beats_the_rules(digits):
         tm = _tm(x[idx], y[idx], CaptureConfig(batch_size=16, local_steps=4, lr=0.01, kind="delta", bn_mode="eval"))
         chosen = LabelJob(Session(aux=aux), tm, "auto", {"strategy": "evidence"}).result()
         assert chosen.diagnostics["strategy"] == "evidence"
-        ev_acc.append(_insacc(chosen, y[idx]))
+        ev_acc.append(insacc(chosen, y[idx]))
         hybrid = LabelJob(Session(aux=aux), tm, "auto").result()
         assert hybrid.diagnostics["strategy"] == "ensemble"
-        hybrid_acc.append(_insacc(hybrid, y[idx]))
-        rules_acc.append(_insacc(LabelJob(Session(aux=aux), tm, "auto", {"strategy": "rules"}).result(), y[idx]))
+        hybrid_acc.append(insacc(hybrid, y[idx]))
+        rules_acc.append(insacc(LabelJob(Session(aux=aux), tm, "auto", {"strategy": "rules"}).result(), y[idx]))
     assert sum(ev_acc) >= sum(rules_acc) + 0.10, (ev_acc, rules_acc)
     assert sum(hybrid_acc) >= sum(rules_acc) + 0.05, (hybrid_acc, rules_acc)
 
@@ -149,8 +146,8 @@ def test_auto_sends_a_two_class_fedavg_delta_to_llg(digits):
         chosen = LabelJob(Session(aux=aux), tm, "auto").result()
         assert chosen.diagnostics["strategy"] == "hybrid, few classes" and chosen.diagnostics["chosen"] == "llg"
         assert chosen.diagnostics["negative_bias_entries"] <= 2
-        routed.append(_insacc(chosen, y[idx]))
-        evidence.append(_insacc(LabelJob(Session(aux=aux), tm, "auto", {"strategy": "evidence"}).result(), y[idx]))
+        routed.append(insacc(chosen, y[idx]))
+        evidence.append(insacc(LabelJob(Session(aux=aux), tm, "auto", {"strategy": "evidence"}).result(), y[idx]))
     assert sum(routed) >= sum(evidence) + 0.05, (routed, evidence)  # 82% against 78% on these batches
 
 
@@ -179,9 +176,9 @@ def test_auto_averages_the_methods_on_a_fast_moving_fedavg_delta(digits):
         assert chosen.counts_int.tolist() == integer_counts(member_counts.mean(0), 64).tolist()
         truth = torch.bincount(y[idx], minlength=10)
         members = [label_metrics(c, truth)["InsAcc"] for c in member_counts.long()]
-        ens_acc.append(_insacc(chosen, y[idx]))
+        ens_acc.append(insacc(chosen, y[idx]))
         assert ens_acc[-1] >= sum(members) / len(members) - 5 / 64, (ens_acc[-1], members)  # rounding: <= 5 samples
-        ev_acc.append(_insacc(LabelJob(Session(aux=aux), tm, "auto", {"strategy": "evidence"}).result(), y[idx]))
+        ev_acc.append(insacc(LabelJob(Session(aux=aux), tm, "auto", {"strategy": "evidence"}).result(), y[idx]))
     print(ens_acc, ev_acc)
     assert sum(ens_acc) >= sum(ev_acc) + 0.10, (ens_acc, ev_acc)
 
@@ -201,8 +198,8 @@ def test_auto_sends_a_many_class_batch_of_a_trained_model_to_bias_count(digits):
         d = chosen.diagnostics
         assert d["strategy"] == "hybrid, many classes" and d["chosen"] == "bias-count", d["strategy"]
         assert d["softmax_spread"] >= 0.3 and d["negative_bias_entries"] >= 4
-        routed.append(_insacc(chosen, y[idx]))
-        evidence.append(_insacc(LabelJob(Session(aux=aux), tm, "auto", {"strategy": "evidence"}).result(), y[idx]))
+        routed.append(insacc(chosen, y[idx]))
+        evidence.append(insacc(LabelJob(Session(aux=aux), tm, "auto", {"strategy": "evidence"}).result(), y[idx]))
     assert sum(routed) >= sum(evidence) + 0.2, (routed, evidence)
 
 
@@ -279,9 +276,9 @@ def test_auto_picks_the_exact_method_on_b4_batches_of_a_dlg_init_lenet(digits):
     for t in range(12):
         idx = torch.randint(len(y), (4,), generator=g)
         tm = _tm(x[idx], y[idx], CaptureConfig(batch_size=4, bn_mode="eval"))
-        best = max(_insacc(LabelJob(Session(aux=aux), tm, m).result(), y[idx]) for m in ("bias-count", "zlg", "ilrg"))
+        best = max(insacc(LabelJob(Session(aux=aux), tm, m).result(), y[idx]) for m in ("bias-count", "zlg", "ilrg"))
         rules = LabelJob(Session(aux=aux), tm, "auto", {"strategy": "rules"}).result()
         auto = LabelJob(Session(aux=aux), tm, "auto").result()
-        assert _insacc(auto, y[idx]) == best == 1.0, (t, auto.diagnostics["candidates"])
-        missed_by_rules += _insacc(rules, y[idx]) < 1
+        assert insacc(auto, y[idx]) == best == 1.0, (t, auto.diagnostics["candidates"])
+        missed_by_rules += insacc(rules, y[idx]) < 1
     assert missed_by_rules >= 1  # the case the issue describes occurs in this sample

@@ -233,8 +233,8 @@ class Auto(LabelMethod):
         negative = int((gb < 0).sum())
         trained = spread is not None and spread >= SPREAD_THRESHOLD
         extra: dict = {}
-        if trained and negative > 0 and not LABEL_METHODS.get("bn-count").why_not(tm, session):
-            runs, _ = _run_each(tm, session, ("bn-count",))
+        if trained and negative > 0:
+            runs, _ = _run_each(tm, session, ("bn-count",))  # empty where bn-count does not apply
             if runs:
                 counts = runs[0][1].counts_int
                 if negative > 1 or float(counts.max()) < ONE_CLASS_SHARE * float(counts.sum()):

@@ -48,8 +48,18 @@ from fedaudit.threat_model import ThreatModel
 
 CHUNK = 256
 
-BN_BUFFERS = Requirement("bn_buffers", "the client's BatchNorm buffers after its local step",
-                         lambda tm: bn_statistics.why_not(tm))
+def _readable_bn(tm: ThreatModel) -> str | None:
+    """None when the update carries the BN buffers and every BN layer keeps running statistics (a layer that does
+    not normalises every forward with its own batch, which the aux pass could not reproduce)."""
+    untracked = [n for n, mod in tm.model.named_modules()
+                 if isinstance(mod, nn.modules.batchnorm._BatchNorm) and mod.running_mean is None]
+    if untracked:
+        return f"BatchNorm layer {untracked[0]!r} keeps no running statistics"
+    return bn_statistics.why_not(tm)
+
+
+BN_BUFFERS = Requirement("bn_buffers", "the client's BatchNorm buffers after its local step, every BN layer tracked",
+                         _readable_bn)
 
 
 def aux_moments(tm: ThreatModel, stats: bn_statistics.BNStatistics, images: torch.Tensor,
@@ -184,10 +194,6 @@ class BNCount(LabelMethod):
         aux = self.aux_of(session)
         if aux.labels is None:
             raise NotApplicable("bn-count needs labelled auxiliary images")
-        untracked = [n for n, mod in tm.model.named_modules()
-                     if isinstance(mod, nn.modules.batchnorm._BatchNorm) and mod.running_mean is None]
-        if untracked:  # such a layer normalises every forward with its own batch: the aux pass could not match it
-            raise NotApplicable(f"bn-count: BatchNorm layer {untracked[0]!r} keeps no running statistics")
         stats = bn_statistics.recover(tm)
         feats = aux_moments(tm, stats, aux.images, aux.normalized)
         observed = batch_moments(stats)
