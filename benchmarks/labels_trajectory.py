@@ -1,0 +1,150 @@
+"""Where label recovery loses on FedAvg deltas: the client's unseen trajectory (issue: label recovery on FedAvg).
+
+    .venv/bin/python -m benchmarks.labels_trajectory            # about 15 minutes on 2 CPU cores
+
+RLU's model of a K-step delta is sum_k S(theta_k) n_k - n = N g_hat (fedaudit/labels/rlu.py): S is the mean softmax
+per true class at the model the client had before step k. The server sees theta_0 and theta_K, not the models in
+between. This benchmark takes S at four places on the same client updates (labels_fedavg's batches and seeds):
+
+* ``global``: the global model only (``rlu --trajectory global``);
+* ``interpolate``: the straight path from the global to the client's model (``rlu``'s default);
+* ``true path`` (oracle, needs the victims' images: a benchmark-only reference): the client's own intermediate
+  models, from replaying its K SGD steps;
+* ``simulated, true counts`` (oracle for the counts): the intermediate models of a simulated client, K SGD steps of
+  the whole network on aux digits drawn with the *true* counts in random order, ``--runs`` simulations averaged;
+  the best a simulation on proxy images can do, since an estimate of the counts can only be worse.
+
+S is always measured on the 500 aux digits, and the counts are solved the same way (rlu.solve_counts, then
+integer counts). Writes OUT/labels_trajectory.json and OUT/labels_trajectory.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from benchmarks.common import RESULTS
+from benchmarks.labels import data, make_model, train
+from benchmarks.labels_fedavg import client_update, victims
+from fedaudit.conversion import momentum_weights
+from fedaudit.jobs import Aux, LabelJob, Session
+from fedaudit.labels.base import integer_counts
+from fedaudit.labels.rlu import class_confidence, solve_counts
+from fedaudit.metrics.labels import counts, label_metrics
+from fedaudit.models.head import output_layer_io
+from fedaudit.models.normalize import normalize
+
+MODELS = {"lenet-dlg": ("lenet (DLG init)", "lenet", {}, "eval"),
+          "lenet-torch": ("lenet (torch init)", "lenet", {"init": "torch"}, "eval"),
+          "convnet": ("convnet w16", "convnet", {"width": 16}, "train")}
+ROWS = [(4, 0.01, 0.0, 16, "random"), (4, 0.1, 0.0, 16, "random"), (8, 0.1, 0.0, 16, "random"),
+        (8, 0.01, 0.9, 8, "random"), (4, 0.01, 0.0, 16, "two-class"), (8, 0.01, 0.0, 16, "two-class")]
+COLUMNS = ["global", "interpolate", "true path", "simulated, true counts"]
+
+
+def local_models(net, spec, x, y, k, b, lr, momentum, bn):
+    """The models before each of the K local SGD steps on batches x[kB:(k+1)B] (capture_update's order)."""
+    m = copy.deepcopy(net).train(bn == "train")
+    opt = torch.optim.SGD(m.parameters(), lr=lr, momentum=momentum)
+    out = []
+    for step in range(k):
+        out.append(copy.deepcopy(m))
+        sel = slice(step * b, (step + 1) * b)
+        opt.zero_grad()
+        F.cross_entropy(m(normalize(x[sel], spec)), y[sel]).backward()
+        opt.step()
+    return out
+
+
+def mean_confidence(tm, models, weights, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """sum_k w_k S(theta_k): S (rlu.class_confidence, empirical) on the aux digits at each model."""
+    out = torch.zeros(10, 10, dtype=torch.float64)
+    for w, m in zip(weights, models):
+        _, z = output_layer_io(m, tm.spec, tm.output_layer, images, tm.train_bn)
+        out += w * class_confidence(z.cpu(), labels, "empirical", 0, torch.Generator())
+    return out
+
+
+def solved(s_bar: torch.Tensor, observed: torch.Tensor, n_true: torch.Tensor) -> float:
+    """InsAcc of RLU's integer counts for S = ``s_bar``."""
+    total = int(n_true.sum())
+    n, _ = solve_counts(s_bar, observed, total)
+    return label_metrics(integer_counts(n, total), n_true)["InsAcc"]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default="lenet-dlg,lenet-torch,convnet", help=f"comma list of {', '.join(MODELS)}")
+    ap.add_argument("--states", default="random init,trained")
+    ap.add_argument("--trials", type=int, default=3)
+    ap.add_argument("--runs", type=int, default=4, help="simulated clients per update")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    train_xy, (ax, ay), (px, py) = data()
+    aux = Aux(ax, ay, "images")
+    pools = [torch.nonzero(ay == c).flatten() for c in range(10)]
+    rows = []
+    for key in args.models.split(","):
+        label, arch, kwargs, bn = MODELS[key]
+        spec, model = make_model(arch, kwargs)
+        for state in args.states.split(","):
+            net = model.eval() if state == "random init" else train(model, spec, train_xy, epochs=1)
+            for k, lr, mom, b, kind in ROWS:
+                acc: dict[str, list[float]] = {c: [] for c in COLUMNS}
+                for t in range(args.trials):
+                    tm, truth = client_update(spec, net, (px, py), t, k, b, lr, mom, kind, bn)
+                    n_true, total = counts(truth, 10), k * b
+                    observed = total * tm.output_grad("bias").double().cpu()
+                    weights = torch.tensor(momentum_weights(k, mom), dtype=torch.float64)
+                    weights = weights / weights.sum()
+
+                    session = Session(seed=t, aux=aux)
+                    for col in ("global", "interpolate"):
+                        r = LabelJob(session, tm, "rlu", {"trajectory": col}).result()
+                        acc[col].append(label_metrics(r.counts_int, n_true)["InsAcc"])
+                    idx = victims(py, b * k, kind, torch.Generator().manual_seed(1000 * t + k))  # client_update's draw
+                    path = local_models(net, spec, px[idx], py[idx], k, b, lr, mom, bn)
+                    acc["true path"].append(solved(mean_confidence(tm, path, weights, ax, ay), observed, n_true))
+                    g = torch.Generator().manual_seed(t)
+                    labels = torch.repeat_interleave(torch.arange(10), n_true)
+                    s_sim = torch.zeros(10, 10, dtype=torch.float64)
+                    for _ in range(args.runs):
+                        lab = labels[torch.randperm(total, generator=g)]
+                        pick = torch.stack([pools[c][torch.randint(len(pools[c]), (1,), generator=g)][0] for c in lab.tolist()])
+                        sim = local_models(net, spec, ax[pick], ay[pick], k, b, lr, mom, bn)
+                        s_sim += mean_confidence(tm, sim, weights, ax, ay) / args.runs
+                    acc["simulated, true counts"].append(solved(s_sim, observed, n_true))
+                row = {"model": label, "state": state, "K": k, "lr": lr, "momentum": mom, "B": b, "batch": kind,
+                       "InsAcc": {c: sum(v) / len(v) for c, v in acc.items()}}
+                rows.append(row)
+                print(json.dumps(row), file=sys.stderr, flush=True)
+    table = markdown(rows)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "labels_trajectory.json").write_text(json.dumps(rows, indent=1))
+    (args.out / "labels_trajectory.md").write_text(table)
+    print(table)
+    return 0
+
+
+def markdown(rows: list[dict]) -> str:
+    lines = ["RLU's InsAcc in % (mean over trials) with S taken at: the global model; the straight path (the default); "
+             "the client's true intermediate models (oracle); a simulated client on aux digits with the true counts "
+             "(oracle).", "",
+             "| model | state | K | lr | momentum | B | batch | " + " | ".join(COLUMNS) + " |",
+             "|---|---|---|---|---|---|---|" + "---|" * len(COLUMNS)]
+    for r in rows:
+        lines.append(f"| {r['model']} | {r['state']} | {r['K']} | {r['lr']} | {r['momentum']} | {r['B']} | {r['batch']} | "
+                     + " | ".join(f"{100 * r['InsAcc'][c]:.0f}" for c in COLUMNS) + " |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
