@@ -1,6 +1,6 @@
 """Where label recovery loses on FedAvg deltas: the client's unseen trajectory (issue: label recovery on FedAvg).
 
-    .venv/bin/python -m benchmarks.labels_trajectory            # about 15 minutes on 2 CPU cores
+    .venv/bin/python -m benchmarks.labels_trajectory --runs 2   # about 35 minutes on 2 CPU cores
 
 RLU's model of a K-step delta is sum_k S(theta_k) n_k - n = N g_hat (fedaudit/labels/rlu.py): S is the mean softmax
 per true class at the model the client had before step k. The server sees theta_0 and theta_K, not the models in
@@ -12,10 +12,12 @@ between. This benchmark takes S at four places on the same client updates (label
   models, from replaying its K SGD steps;
 * ``simulated, true counts`` (oracle for the counts): the intermediate models of a simulated client, K SGD steps of
   the whole network on aux digits drawn with the *true* counts in random order, ``--runs`` simulations averaged;
-  the best a simulation on proxy images can do, since an estimate of the counts can only be worse.
+  what a simulation on proxy images gives when it knows the counts.
 
-S is always measured on the 500 aux digits, and the counts are solved the same way (rlu.solve_counts, then
-integer counts). Writes OUT/labels_trajectory.json and OUT/labels_trajectory.md.
+Models: DLG LeNet, torch-init LeNet and ConvNet w16 (BN in train mode), each at random init and after one epoch of
+Adam (labels_fedavg's "trained"; the table gives the test accuracy). S is always measured on the 500 aux digits, and
+the counts are solved the same way (rlu.solve_counts, then integer counts). Writes OUT/labels_trajectory.json and
+OUT/labels_trajectory.md; docs/results/labels.md reads them.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.common import RESULTS
-from benchmarks.labels import data, make_model, train
+from benchmarks.labels import accuracy, data, make_model, train
 from benchmarks.labels_fedavg import client_update, victims
 from fedaudit.conversion import momentum_weights
 from fedaudit.jobs import Aux, LabelJob, Session
@@ -97,6 +99,7 @@ def main(argv=None) -> int:
         spec, model = make_model(arch, kwargs)
         for state in args.states.split(","):
             net = model.eval() if state == "random init" else train(model, spec, train_xy, epochs=1)
+            acc_test = accuracy(net, spec, (px, py))
             for k, lr, mom, b, kind in ROWS:
                 acc: dict[str, list[float]] = {c: [] for c in COLUMNS}
                 for t in range(args.trials):
@@ -122,7 +125,7 @@ def main(argv=None) -> int:
                         sim = local_models(net, spec, ax[pick], ay[pick], k, b, lr, mom, bn)
                         s_sim += mean_confidence(tm, sim, weights, ax, ay) / args.runs
                     acc["simulated, true counts"].append(solved(s_sim, observed, n_true))
-                row = {"model": label, "state": state, "K": k, "lr": lr, "momentum": mom, "B": b, "batch": kind,
+                row = {"model": label, "state": state, "acc": acc_test, "K": k, "lr": lr, "momentum": mom, "B": b, "batch": kind,
                        "InsAcc": {c: sum(v) / len(v) for c, v in acc.items()}}
                 rows.append(row)
                 print(json.dumps(row), file=sys.stderr, flush=True)
@@ -138,10 +141,10 @@ def markdown(rows: list[dict]) -> str:
     lines = ["RLU's InsAcc in % (mean over trials) with S taken at: the global model; the straight path (the default); "
              "the client's true intermediate models (oracle); a simulated client on aux digits with the true counts "
              "(oracle).", "",
-             "| model | state | K | lr | momentum | B | batch | " + " | ".join(COLUMNS) + " |",
-             "|---|---|---|---|---|---|---|" + "---|" * len(COLUMNS)]
+             "| model | state | acc | K | lr | momentum | B | batch | " + " | ".join(COLUMNS) + " |",
+             "|---|---|---|---|---|---|---|---|" + "---|" * len(COLUMNS)]
     for r in rows:
-        lines.append(f"| {r['model']} | {r['state']} | {r['K']} | {r['lr']} | {r['momentum']} | {r['B']} | {r['batch']} | "
+        lines.append(f"| {r['model']} | {r['state']} | {100 * r['acc']:.0f}% | {r['K']} | {r['lr']} | {r['momentum']} | {r['B']} | {r['batch']} | "
                      + " | ".join(f"{100 * r['InsAcc'][c]:.0f}" for c in COLUMNS) + " |")
     return "\n".join(lines) + "\n"
 
