@@ -47,7 +47,9 @@ PSEUDO = {"auto-rules": ("auto", {"strategy": "rules"}), "auto-evidence": ("auto
 SHAPE = (1, 32, 32)
 
 
-def data(seed=0):
+def data(seed=0, aux_per_class=50):
+    """(train, aux, victim pool). ``aux_per_class`` < 50 keeps the first ones of the same 50 per class, so the victims'
+    pool (and every batch drawn from it) is the same whatever the aux set's size."""
     x, y = mnist_digits(pad_to=32)
     perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(seed))
     x, y = x[perm], y[perm]
@@ -56,6 +58,7 @@ def data(seed=0):
     aux_idx = torch.cat([torch.nonzero(yr == c).flatten()[:50] for c in range(10)])
     mask = torch.ones(len(yr), dtype=torch.bool)
     mask[aux_idx] = False
+    aux_idx = aux_idx.view(10, 50)[:, :aux_per_class].flatten()
     return (x[train], y[train]), (xr[aux_idx], yr[aux_idx]), (xr[mask][:1000], yr[mask][:1000])
 
 
@@ -133,15 +136,21 @@ def main(argv=None) -> int:
     ap.add_argument("--bn-buffers", action="store_true", help="attach the clients' BN buffers to the gradient uploads "
                     "(the BN-statistics channel, bn-count); BN models only, written to OUT/labels_bn_buffers.{json,md}")
     ap.add_argument("--models", help="comma list of model labels' first words to run (lenet, convnet, resnet10, mlp)")
+    ap.add_argument("--states", default="random init,trained", help="comma list of model states to run")
+    ap.add_argument("--aux-per-class", type=int, default=50, choices=range(1, 51), metavar="1-50",
+                    help="the server's labelled aux digits per class (default 50: 500 images); fewer keep the first "
+                    "of the same digits and the same victims' batches; written to OUT/<name>_aux<total>.{json,md}")
     args = ap.parse_args(argv)
     name = "labels_bn_buffers" if args.bn_buffers else "labels"
+    if args.aux_per_class != 50:
+        name += f"_aux{10 * args.aux_per_class}"
     merge = args.merge.split(",") + ["llg", "gdbr"] if args.merge else None
     stored = json.loads((args.out / f"{name}.json").read_text()) if merge else None
     torch.set_num_threads(2)
     trials = 1 if args.quick else args.trials
     sizes = [1, 8, 64] if args.quick else [1, 8, 16, 32, 64]
     dists = ["random", "repeated", "single"]
-    train_xy, (ax, ay), (px, py) = data()
+    train_xy, (ax, ay), (px, py) = data(aux_per_class=args.aux_per_class)
     aux = Aux(ax, ay, "images")
     models = [("lenet (DLG init)", "lenet", {}, None), ("lenet (torch init)", "lenet", {"init": "torch"}, None),
               ("convnet w16", "convnet", {"width": 16}, None), ("resnet10 w16", "resnet10", {"width": 16}, None)]
@@ -159,7 +168,7 @@ def main(argv=None) -> int:
     for label, arch, kwargs, head_init in models + gdbr_models:
         withhold = ("fc.*",) if arch == "mlp" else ()
         spec, init_model = make_model(arch, kwargs, head_init=head_init)
-        for state in ("random init", "trained"):
+        for state in args.states.split(","):
             t0 = time.perf_counter()
             epochs = 10 if arch == "lenet" else 2
             model = init_model.eval() if state == "random init" else train(init_model, spec, train_xy, epochs)
@@ -178,7 +187,7 @@ def main(argv=None) -> int:
                         res = run_methods(tm, py[idx], aux, seed=t, methods=merge)
                         rows.append({"model": label, "state": state, "dist": dist, "B": b, "trial": t, "results": res})
             print(f"{label} / {state}: done ({meta[f'{label} / {state}']})", file=sys.stderr, flush=True)
-    fedavg = [] if args.bn_buffers or args.models else \
+    fedavg = [] if args.bn_buffers or args.models or args.states != "random init,trained" else \
         fedavg_sweep(train_xy, aux, (px, py), quick=args.quick, methods=merge)
     if merge:
         rows, fedavg = merged(stored, rows, fedavg, args.merge.split(","))
