@@ -87,6 +87,23 @@ def test_bn_count_beats_the_gradient_methods_on_a_trained_model(setting):
     assert scores["auto"] == scores["bn-count"]
 
 
+def test_auto_keeps_the_gradient_route_with_few_aux_images_per_class(setting):
+    """Five labelled aux digits per class (below MIN_AUX_PER_CLASS): bn-count still runs but warns, and ``auto`` does
+    not route the upload to it (docs/results/labels.md: with 5 per class bn-count fell below the gradient route)."""
+    x, y, aux, model = setting
+    few = torch.cat([torch.nonzero(aux.labels == c).flatten()[:5] for c in range(10)])
+    small = Aux(aux.images[few], aux.labels[few], "images")
+    idx = torch.arange(16)
+    tm = _tm(model, x[idx], y[idx], batch_size=16, include_buffers=True)
+    r = LabelJob(Session(aux=small), tm, "bn-count").result()
+    assert r.diagnostics["aux_fewest_per_class"] == 5 and any("only 5 labelled aux" in w for w in r.warnings)
+    r = LabelJob(Session(aux=small), tm, "auto").result()
+    assert r.diagnostics["chosen"] != "bn-count" and "BN statistics" not in r.diagnostics["strategy"]
+    assert "bn_count_skipped" in r.diagnostics or r.diagnostics["strategy"] == "evidence"
+    r = LabelJob(Session(aux=aux), tm, "auto").result()  # the same batch with 50 per class goes to bn-count
+    assert r.diagnostics["chosen"] == "bn-count" and not any("labelled aux" in w for w in r.warnings)
+
+
 def test_auto_gives_a_single_class_batch_to_its_class(setting):
     """One negative output-bias entry, and bn-count putting most of the batch on that same class: ``auto`` gives
     the whole batch to it (bn-count alone scatters a sample: 15 of 16 here) and reports bn-count's counts beside."""

@@ -41,6 +41,7 @@ import torch
 from fedaudit.errors import NotApplicable
 from fedaudit.labels import LABEL_METHODS
 from fedaudit.labels.base import LabelMethod, LabelResult, integer_counts
+from fedaudit.labels.bn_count import MIN_AUX_PER_CLASS, fewest_per_class
 from fedaudit.labels.evidence import Evidence
 from fedaudit.labels.features import head_stats
 from fedaudit.methods import MethodOption
@@ -221,11 +222,11 @@ class Auto(LabelMethod):
         * at least MANY_CLASSES on trained-like outputs: bias-count (a batch spread like the aux set, where RLU's
           least squares is ill-conditioned because the model is sure: S near I);
         * but first, on trained-like outputs: bn-count wherever it applies (a one-step upload with BN buffers and
-          labelled aux images), which reads the counts from the BN statistics that sure samples move as much as any
-          other (docs/results/labels.md, "BN statistics"), unless the bias gradient shows one class and bn-count
-          puts at least ONE_CLASS_SHARE of the batch on one class: a single-class batch, where bn-count spreads a
-          sample or two over other classes. If bn-count's class is the negative entry's, the whole batch is that
-          class ("one class"); otherwise LLG.
+          labelled aux images, at least MIN_AUX_PER_CLASS in each class the aux set has), which reads the counts from
+          the BN statistics that sure samples move as much as any other (docs/results/labels.md, "BN statistics"),
+          unless the bias gradient shows one class and bn-count puts at least ONE_CLASS_SHARE of the batch on one
+          class: a single-class batch, where bn-count spreads a sample or two over other classes. If bn-count's
+          class is the negative entry's, the whole batch is that class ("one class"); otherwise LLG.
         Anything else: None (docs/results/labels.md, "Many classes")."""
         gb = tm.final_bias_grad
         if gb is None:
@@ -233,7 +234,11 @@ class Auto(LabelMethod):
         negative = int((gb < 0).sum())
         trained = spread is not None and spread >= SPREAD_THRESHOLD
         extra: dict = {}
-        if trained and negative > 0:
+        few_aux = session.aux is not None and session.aux.labels is not None \
+            and fewest_per_class(session.aux.labels) < MIN_AUX_PER_CLASS
+        if trained and negative > 0 and few_aux and not LABEL_METHODS.get("bn-count").why_not(tm, session):
+            extra["bn_count_skipped"] = f"fewer than {MIN_AUX_PER_CLASS} labelled aux images in a class"
+        elif trained and negative > 0:
             runs, _ = _run_each(tm, session, ("bn-count",))  # empty where bn-count does not apply
             if runs:
                 counts = runs[0][1].counts_int

@@ -165,6 +165,17 @@ def refine(counts: torch.Tensor, x: torch.Tensor, m: torch.Tensor) -> tuple[torc
     return n, moves
 
 
+# bn-count's class moments are means over the labelled aux images of each class; with fewer than this many in some
+# class they are noisy enough that the gradient methods do better on trained models: bn-count warns and `auto` keeps
+# the gradient route (docs/results/labels.md, "Smaller aux sets and another dataset")
+MIN_AUX_PER_CLASS = 20
+
+
+def fewest_per_class(labels: torch.Tensor) -> int:
+    """The smallest number of aux samples in any class the aux set has at all."""
+    return int(torch.bincount(labels.long()).masked_select(torch.bincount(labels.long()) > 0).min())
+
+
 @LABEL_METHODS.register
 class BNCount(LabelMethod):
     name = "bn-count"
@@ -221,5 +232,10 @@ class BNCount(LabelMethod):
             "relative_residual": fit, "refine_moves": moves, "aux_classes": len(seen)})
         if len(seen) < c:
             result.warnings.append(f"{c - len(seen)} classes have no aux sample and get no samples")
+        fewest = fewest_per_class(labels)
+        result.diagnostics["aux_fewest_per_class"] = fewest
+        if fewest < MIN_AUX_PER_CLASS:
+            result.warnings.append(f"a class has only {fewest} labelled aux images (fewer than {MIN_AUX_PER_CLASS}): "
+                                   "bn-count's class moments are noisy, expect lower accuracy")
         return result
 
