@@ -41,7 +41,6 @@ import torch
 from fedaudit.errors import NotApplicable
 from fedaudit.labels import LABEL_METHODS
 from fedaudit.labels.base import LabelMethod, LabelResult, integer_counts
-from fedaudit.labels.bn_count import MIN_AUX_PER_CLASS, fewest_per_class
 from fedaudit.labels.evidence import Evidence
 from fedaudit.labels.features import head_stats
 from fedaudit.methods import MethodOption
@@ -234,6 +233,8 @@ class Auto(LabelMethod):
         negative = int((gb < 0).sum())
         trained = spread is not None and spread >= SPREAD_THRESHOLD
         extra: dict = {}
+        from fedaudit.labels.bn_count import MIN_AUX_PER_CLASS, fewest_per_class  # here: keeps the registry's order
+
         few_aux = session.aux is not None and session.aux.labels is not None \
             and fewest_per_class(session.aux.labels) < MIN_AUX_PER_CLASS
         if trained and negative > 0 and few_aux and not LABEL_METHODS.get("bn-count").why_not(tm, session):
