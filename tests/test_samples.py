@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+from fedaudit.io.files import read_safetensors
+
 from .helpers import ROOT, SAMPLE_NAMES, SAMPLES
 
 
@@ -37,5 +39,22 @@ def test_sample_regenerates_identically(tmp_path, name):
     finally:
         torch.use_deterministic_algorithms(False)
         torch.set_num_threads(threads)
-    for f in ("checkpoint.safetensors", "update.safetensors", "truth.safetensors"):
-        assert (tmp_path / name / f).read_bytes() == (SAMPLES / name / f).read_bytes(), f
+    new, old = tmp_path / name, SAMPLES / name
+    assert (new / "checkpoint.safetensors").read_bytes() == (old / "checkpoint.safetensors").read_bytes()
+    if (new / "update.safetensors").read_bytes() == (old / "update.safetensors").read_bytes():
+        assert (new / "truth.safetensors").read_bytes() == (old / "truth.safetensors").read_bytes()
+        return
+    # Not byte for byte: a CPU whose BLAS/convolution kernels sum in another order (seen on a Sapphire Rapids
+    # machine, with the AVX2 pin of conftest.py in place) moves float32 gradients by an ulp or two. Everything else
+    # must still be identical, and every tensor equal to within a few ulps of the update's scale (a bias before a
+    # train-mode BatchNorm has a zero gradient in exact arithmetic: its float32 entries are rounding noise).
+    (a, meta_a), (b, meta_b) = (read_safetensors(d / "update.safetensors", "update") for d in (new, old))
+    assert meta_a == meta_b and a.keys() == b.keys()
+    scale = max(float(v.abs().max()) for v in b.values())
+    for k in a:
+        assert a[k].dtype == b[k].dtype and a[k].shape == b[k].shape, k
+        assert float((a[k] - b[k]).abs().max()) <= 1e-5 * scale, k
+    (ta, tmeta_a), (tb, tmeta_b) = (read_safetensors(d / "truth.safetensors", "truth") for d in (new, old))
+    assert {k: v for k, v in tmeta_a.items() if k != "fedaudit.update_sha256"} == \
+        {k: v for k, v in tmeta_b.items() if k != "fedaudit.update_sha256"}
+    assert ta.keys() == tb.keys() and all(torch.equal(ta[k], tb[k]) for k in ta)
