@@ -1,0 +1,146 @@
+"""How much of a trained model's FedSGD batch the update can show at all: per-sample residuals and the accuracy an
+oracle that resolves every visible sample would reach (issue: label recovery on trained models).
+
+    .venv/bin/python -m benchmarks.labels_visibility      # about 10 minutes on 2 CPU cores
+
+Every sample n of a FedSGD batch enters the update (every layer's gradient) through its residual p_n - e_y, whose size
+``rho_n = 1 - p_n[y_n]`` is how strongly, relative to a misclassified sample, the update can show it. A sample the
+model is sure of (rho ~ 0) leaves almost nothing, whatever the method. This benchmark measures rho on the same
+trained models and the same batches as ``benchmarks.labels`` (its split, training and seeds; the client's forward
+with BatchNorm in train mode, as the capture computes it) and, for random batches, the InsAcc of an oracle that
+knows the label of every sample with rho >= tau and guesses the others' classes optimally from the pool's class
+frequencies among such samples (the guess maximising the expected overlap of a multinomial, greedily). For tau = 1e-2
+this oracle needs a method to resolve a sample whose gradient is a hundredth of a misclassified one's; it is not
+a bound on methods that read smaller residuals, it says how much of the batch is within reach at that resolution.
+The best stored method and ``auto`` on the same batches come from ``benchmarks/results/labels.json``.
+Writes OUT/labels_visibility.json and OUT/labels_visibility.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+from math import comb
+from pathlib import Path
+
+import torch
+
+from benchmarks.common import RESULTS
+from benchmarks.labels import accuracy, batch_indices, data, make_model, train
+from fedaudit.models.normalize import normalize
+
+MODELS = [("lenet (DLG init)", "lenet", {}), ("lenet (torch init)", "lenet", {"init": "torch"}),
+          ("convnet w16", "convnet", {"width": 16}), ("resnet10 w16", "resnet10", {"width": 16})]
+TAUS = (1e-1, 1e-2, 1e-3, 1e-4)
+SIZES = (8, 16, 32, 64)
+DISTS = ["random", "repeated", "single"]  # benchmarks.labels' order: its seeds depend on the index
+
+
+def oracle_guess(m: int, q: list[float]) -> torch.Tensor:
+    """The count vector of m samples maximising E[sum_c min(g_c, u_c)] for u ~ Multinomial(m, q). The objective is
+    a sum of concave functions of each g_c (adding one to g_c gains P(u_c > g_c)), so the greedy choice is optimal."""
+    g = [0] * len(q)
+
+    def gain(c: int) -> float:
+        k = g[c]
+        return 1.0 - sum(comb(m, i) * q[c] ** i * (1 - q[c]) ** (m - i) for i in range(k + 1))
+
+    for _ in range(m):
+        c = max(range(len(q)), key=gain)
+        g[c] += 1
+    return torch.tensor(g)
+
+
+def residuals(net, spec, x: torch.Tensor, y: torch.Tensor, train_bn: bool) -> torch.Tensor:
+    """rho_n = 1 - p_n[y_n] from the client's forward (BatchNorm in train mode normalises with the batch; on a copy,
+    as the capture does, so the model's running statistics stay as trained)."""
+    with torch.no_grad():
+        p = torch.softmax(copy.deepcopy(net).train(train_bn)(normalize(x, spec)), 1)
+    return 1 - p[torch.arange(len(y)), y]
+
+
+def stored_scores(path: Path) -> dict:
+    """{(model, dist, B): (best single method's mean InsAcc, its name, auto's)} over the stored trained rows."""
+    if not path.exists():
+        return {}
+    rows = [r for r in json.loads(path.read_text())["rows"] if r["state"] == "trained"]
+    out = {}
+    for key in {(r["model"], r["dist"], r["B"]) for r in rows}:
+        cell = [r["results"] for r in rows if (r["model"], r["dist"], r["B"]) == key]
+        names = [n for n in cell[0] if not n.startswith("auto")]
+        means = {n: sum(c[n]["InsAcc"] for c in cell) / len(cell) for n in names}
+        best = max(means, key=means.get)
+        out[key] = (means[best], best, sum(c["auto"]["InsAcc"] for c in cell) / len(cell))
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--trials", type=int, default=4)
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(2)
+    train_xy, _, (px, py) = data()
+    epoch_scale = round(3500 / len(train_xy[1]))
+    stored = stored_scores(args.out / "labels.json")
+    rows = []
+    for label, arch, kwargs in MODELS:
+        spec, init_model = make_model(arch, kwargs)
+        net = train(init_model, spec, train_xy, (10 if arch == "lenet" else 2) * epoch_scale)
+        train_bn, acc = arch != "lenet", accuracy(net, spec, (px, py))
+        pool_rho = residuals(net, spec, px, py, False)  # the prior's class frequencies (eval mode, whole pool)
+        for dist in DISTS:
+            for b in SIZES:
+                g = torch.Generator().manual_seed(1000 * b + DISTS.index(dist))
+                rho, oracle = [], {tau: [] for tau in TAUS}
+                for _ in range(args.trials):
+                    idx = batch_indices(py, b, dist, g)
+                    r, y = residuals(net, spec, px[idx], py[idx], train_bn), py[idx]
+                    rho.append(r)
+                    if dist != "random":
+                        continue
+                    for tau in TAUS:
+                        seen = r >= tau
+                        q = torch.bincount(py[pool_rho < tau], minlength=10).double()
+                        q = (q / q.sum()).tolist() if q.sum() > 0 else [0.1] * 10
+                        hidden = torch.bincount(y[~seen], minlength=10)
+                        guess = oracle_guess(int((~seen).sum()), q)
+                        oracle[tau].append((int(seen.sum()) + int(torch.minimum(guess, hidden).sum())) / b)
+                allr = torch.cat(rho)
+                best = stored.get((label, dist, b))
+                rows.append({"model": label, "acc": acc, "dist": dist, "B": b,
+                             "visible": {str(t): float((allr >= t).float().mean()) for t in TAUS},
+                             "median_rho": float(allr.median()),
+                             "oracle": {str(t): sum(v) / len(v) for t, v in oracle.items() if v},
+                             "best": best[0] if best else None, "best_method": best[1] if best else None,
+                             "auto": best[2] if best else None})
+                print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    table = markdown(rows)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "labels_visibility.json").write_text(json.dumps(rows, indent=1))
+    (args.out / "labels_visibility.md").write_text(table)
+    print(table)
+    return 0
+
+
+def markdown(rows: list[dict]) -> str:
+    pct = lambda v: "-" if v is None else f"{100 * v:.0f}"  # noqa: E731
+    lines = ["Trained models (benchmarks.labels' training and batches), FedSGD. visible(tau): share of the batches' "
+             "samples with rho = 1 - p[y] >= tau. oracle(tau), random batches: InsAcc of knowing every visible "
+             "sample's label and guessing the rest optimally. best / auto: the stored labels.json on the same "
+             "batches. All in %.", "",
+             "| model | acc | batch | B | median rho | " + " | ".join(f"visible({t:g})" for t in TAUS) + " | "
+             + " | ".join(f"oracle({t:g})" for t in TAUS) + " | best method | auto |",
+             "|---|---|---|---|---|" + "---|" * (2 * len(TAUS)) + "---|---|"]
+    for r in rows:
+        best = "-" if r["best"] is None else f"{pct(r['best'])} ({r['best_method']})"
+        lines.append(f"| {r['model']} | {pct(r['acc'])} | {r['dist']} | {r['B']} | {r['median_rho']:.1e} | "
+                     + " | ".join(pct(r["visible"][str(t)]) for t in TAUS) + " | "
+                     + " | ".join(pct(r["oracle"].get(str(t))) for t in TAUS) + f" | {best} | {pct(r['auto'])} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
