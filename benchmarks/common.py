@@ -44,7 +44,7 @@ def cifar_update(arch: str, b: int):
     return spec, model, x, [int(v) for v in y], tm
 
 
-def write_results(out: Path, name: str, doc: dict, table: str) -> None:
+def write_results(out: Path, name: str, doc: dict | list, table: str) -> None:
     """OUT/NAME.json (the raw rows) and OUT/NAME.md (the table), and the table on stdout."""
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{name}.json").write_text(json.dumps(doc, indent=1))

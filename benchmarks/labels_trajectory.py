@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from benchmarks.common import RESULTS
+from benchmarks.common import RESULTS, write_results
 from benchmarks.labels import accuracy, data, make_model, train
 from benchmarks.labels_fedavg import client_update, victims
 from fedaudit.conversion import momentum_weights
@@ -129,11 +129,7 @@ def main(argv=None) -> int:
                        "InsAcc": {c: sum(v) / len(v) for c, v in acc.items()}}
                 rows.append(row)
                 print(json.dumps(row), file=sys.stderr, flush=True)
-    table = markdown(rows)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "labels_trajectory.json").write_text(json.dumps(rows, indent=1))
-    (args.out / "labels_trajectory.md").write_text(table)
-    print(table)
+    write_results(args.out, "labels_trajectory", rows, markdown(rows))
     return 0
 
 

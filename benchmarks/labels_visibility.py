@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import RESULTS
+from benchmarks.common import RESULTS, write_results
 from benchmarks.labels import accuracy, batch_indices, data, make_model, train
 from fedaudit.models.normalize import normalize
 
@@ -180,11 +180,7 @@ def main(argv=None) -> int:
                              "best": best[0] if best else None, "best_method": best[1] if best else None,
                              "auto": best[2] if best else None})
                 print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-    table = markdown(rows)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "labels_visibility.json").write_text(json.dumps(rows, indent=1))
-    (args.out / "labels_visibility.md").write_text(table)
-    print(table)
+    write_results(args.out, "labels_visibility", rows, markdown(rows))
     return 0
 
 

@@ -173,7 +173,8 @@ MIN_AUX_PER_CLASS = 20
 
 def fewest_per_class(labels: torch.Tensor) -> int:
     """The smallest number of aux samples in any class the aux set has at all."""
-    return int(torch.bincount(labels.long()).masked_select(torch.bincount(labels.long()) > 0).min())
+    per_class = torch.bincount(labels.long())
+    return int(per_class[per_class > 0].min())
 
 
 @LABEL_METHODS.register
