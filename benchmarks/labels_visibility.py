@@ -27,7 +27,6 @@ import copy
 import json
 import math
 import sys
-from math import comb
 from pathlib import Path
 
 import torch
@@ -50,7 +49,7 @@ def oracle_guess(m: int, q: list[float]) -> torch.Tensor:
 
     def gain(c: int) -> float:
         k = g[c]
-        return 1.0 - sum(comb(m, i) * q[c] ** i * (1 - q[c]) ** (m - i) for i in range(k + 1))
+        return 1.0 - sum(math.comb(m, i) * q[c] ** i * (1 - q[c]) ** (m - i) for i in range(k + 1))
 
     for _ in range(m):
         c = max(range(len(q)), key=gain)

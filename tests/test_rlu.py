@@ -287,27 +287,20 @@ def test_auto_picks_the_exact_method_on_b4_batches_of_a_dlg_init_lenet(digits):
     assert missed_by_rules >= 1  # the case the issue describes occurs in this sample
 
 
-def _dirichlet_client(y: torch.Tensor, n: int, seed: int) -> torch.Tensor:
-    """Indices of a non-IID client's n digits: class shares from Dirichlet(0.5), in random order."""
-    g = torch.Generator().manual_seed(seed)
-    pools = [torch.nonzero(y == c).flatten() for c in range(10)]
-    shares = torch._sample_dirichlet(torch.full((10,), 0.5, dtype=torch.float64), generator=g)
-    classes = torch.multinomial(shares, n, replacement=True, generator=g)
-    return torch.stack([pools[c][torch.randint(len(pools[c]), (1,), generator=g)][0] for c in classes.tolist()])
-
-
 def test_auto_takes_rlu_on_a_dirichlet_client_delta_of_a_model_without_batch_statistics(digits):
     """K = 4 steps (lr 0.02, B = 16) of Dirichlet(0.5) clients on a torch-init LeNet: RLU's least squares fits the
     update (residual < RLU_MAX_RESIDUAL) and the hybrid strategy returns its counts, which beat the ensemble's on these clients
     (5.16 against 4.81 summed InsAcc over six clients when written; four here), whatever BN mode the update records.
     A BN ConvNet whose clients normalise with batch statistics keeps the ensemble (docs/results/labels.md)."""
+    from benchmarks.labels_fedavg import victims  # its "dirichlet" clients: Dirichlet(0.5) shares, random order
+
     x, y, aux = digits
     spec = ModelSpec("lenet", 10, (1, 32, 32), MNIST_MEAN, MNIST_STD, {"init": "torch"})
     torch.manual_seed(0)
     model = build_model(spec)
     routed, ensemble = [], []
     for trial in range(4):
-        idx = _dirichlet_client(y[:2000], 64, 50 + trial)
+        idx = victims(y[:2000], 64, "dirichlet", torch.Generator().manual_seed(50 + trial))
         cap = capture_update(model, spec, x[idx], y[idx], CaptureConfig(batch_size=16, local_steps=4, lr=0.02,
                                                                          kind="delta", bn_mode="eval"))
         tm = ThreatModel.from_tensors(Checkpoint.in_memory(spec, model), cap.tensors, cap.meta)
@@ -326,7 +319,7 @@ def test_auto_takes_rlu_on_a_dirichlet_client_delta_of_a_model_without_batch_sta
     conv = ModelSpec("convnet", 10, (1, 32, 32), MNIST_MEAN, MNIST_STD, {"width": 8})
     torch.manual_seed(0)
     net = build_model(conv)
-    idx = _dirichlet_client(y[:2000], 16, 60)
+    idx = victims(y[:2000], 16, "dirichlet", torch.Generator().manual_seed(60))
     cap = capture_update(net, conv, x[idx], y[idx], CaptureConfig(batch_size=8, local_steps=2, lr=0.02, kind="delta",
                                                                    bn_mode="train"))
     tm = ThreatModel.from_tensors(Checkpoint.in_memory(conv, net), cap.tensors, cap.meta)
