@@ -172,18 +172,21 @@ class ThreatModel:
                     p.add_(fraction * client_change(self.meta, self.gradient[name].to(p.device), p).to(p.dtype))
         return model
 
-    def models_along_update(self) -> list[tuple[float, nn.Module]]:
+    def models_along_update(self, fractions: list[float] | None = None) -> list[tuple[float, nn.Module]]:
         """(weight, model) for each local step's gradient: the models on the straight path to the client's final
-        parameters at the fractions a constant gradient reaches under the recorded momentum, weighted as the
-        averaged gradient weighs the steps (fedaudit/conversion.py). One step, or a gradient upload (no final
-        model): the global model alone."""
+        parameters at ``fractions`` of the way (default: where a constant gradient is under the recorded momentum),
+        weighted as the averaged gradient weighs the steps (fedaudit/conversion.py). One step, or a gradient upload
+        (no final model): the global model alone."""
         steps = self.meta.local_steps
         if steps == 1 or self.meta.kind == "gradient":
             return [(1.0, self.model)]
         momentum, _ = optimizer_terms(self.meta)
         weights = momentum_weights(steps, momentum)
+        fractions = path_fractions(steps, momentum) if fractions is None else fractions
+        if len(fractions) != steps:
+            raise ValueError(f"{len(fractions)} path fractions for {steps} local steps")
         return [(w / sum(weights), self.model if f == 0 else self.model_along_update(f))
-                for w, f in zip(weights, path_fractions(steps, momentum))]
+                for w, f in zip(weights, fractions)]
 
     @property
     def has_batchnorm(self) -> bool:

@@ -114,27 +114,33 @@ def test_evidence_scores_the_true_counts_best_and_auto_reports_every_candidate(d
 def test_auto_by_evidence_on_a_fedavg_delta_beats_the_rules(digits):
     """K = 4 steps at lr 0.01 on an untrained LeNet: the rules take bias-count (first-step assumptions); the counts
     that explain the update best (``--strategy evidence``) and the default (hybrid: RLU on a delta of a model
-    without batch-statistics BatchNorm, where its least squares fits the update) are both more accurate."""
+    without batch-statistics BatchNorm, where its least squares fits the update) are both more accurate over four
+    clients. The evidence is not on each: on the first client it picks HFGI (0.61 against the rules' 0.73 when
+    written; over eight clients 6.56 against 5.74 summed, the hybrid 7.17)."""
     x, y, aux = digits
-    ev_acc, rules_acc, hybrid_acc = [], [], []
-    for trial in range(2):
+    ev_acc, rules_acc, hybrid_acc, rlu_routed = [], [], [], 0
+    for trial in range(4):
         idx = torch.randperm(len(y), generator=torch.Generator().manual_seed(10 + trial))[:64]
         tm = _tm(x[idx], y[idx], CaptureConfig(batch_size=16, local_steps=4, lr=0.01, kind="delta", bn_mode="eval"))
         chosen = LabelJob(Session(aux=aux), tm, "auto", {"strategy": "evidence"}).result()
         assert chosen.diagnostics["strategy"] == "evidence"
         ev_acc.append(insacc(chosen, y[idx]))
         hybrid = LabelJob(Session(aux=aux), tm, "auto").result()
-        assert hybrid.diagnostics["strategy"] == "hybrid, RLU on a delta"
-        assert hybrid.diagnostics["rlu_residual"] < RLU_MAX_RESIDUAL  # 4e-8 and 0.05 when written
+        routed = hybrid.diagnostics["rlu_residual"] < RLU_MAX_RESIDUAL  # 1e-7 to 0.012, and 0.16 on the third, when written
+        assert hybrid.diagnostics["strategy"] == ("hybrid, RLU on a delta" if routed else "ensemble (RLU does not fit)")
+        rlu_routed += routed
         hybrid_acc.append(insacc(hybrid, y[idx]))
         rules_acc.append(insacc(LabelJob(Session(aux=aux), tm, "auto", {"strategy": "rules"}).result(), y[idx]))
-    assert sum(ev_acc) >= sum(rules_acc) + 0.10, (ev_acc, rules_acc)
-    assert sum(hybrid_acc) >= sum(rules_acc) + 0.05, (hybrid_acc, rules_acc)
+    assert sum(ev_acc) >= sum(rules_acc) + 0.2, (ev_acc, rules_acc)  # 3.25 against 2.88 when written
+    assert sum(hybrid_acc) >= sum(rules_acc) + 0.4, (hybrid_acc, rules_acc)  # 3.52
+    assert rlu_routed >= 3
 
 
 def test_auto_sends_a_two_class_fedavg_delta_to_llg(digits):
-    """A non-IID client (two classes) with K = 4 steps at lr 0.01: two negative output-bias entries route the hybrid
-    strategy to LLG, which is more accurate there than the evidence's choice."""
+    """A non-IID client (two classes, shuffled) with K = 4 steps at lr 0.1: two negative output-bias entries route the
+    hybrid strategy to LLG, which is more accurate there than the evidence's choice (RLU). At lr 0.01 RLU with its
+    simulated progress is level with LLG on such clients (94.0 against 92.8 at K = 4 over both LeNets) and ahead on
+    two of these four; over the lr 0.1 grid LLG leads by 6-15 points (docs/results/labels.md)."""
     x, y, aux = digits
     routed, evidence = [], []
     for trial in range(2):
@@ -143,13 +149,13 @@ def test_auto_sends_a_two_class_fedavg_delta_to_llg(digits):
         pools = [torch.nonzero(y == c).flatten() for c in (a, b)]
         idx = torch.cat([p[torch.randperm(len(p), generator=g)[:32]] for p in pools])
         idx = idx[torch.randperm(64, generator=g)]
-        tm = _tm(x[idx], y[idx], CaptureConfig(batch_size=16, local_steps=4, lr=0.01, kind="delta", bn_mode="eval"))
+        tm = _tm(x[idx], y[idx], CaptureConfig(batch_size=16, local_steps=4, lr=0.1, kind="delta", bn_mode="eval"))
         chosen = LabelJob(Session(aux=aux), tm, "auto").result()
         assert chosen.diagnostics["strategy"] == "hybrid, few classes" and chosen.diagnostics["chosen"] == "llg"
         assert chosen.diagnostics["negative_bias_entries"] <= 2
         routed.append(insacc(chosen, y[idx]))
         evidence.append(insacc(LabelJob(Session(aux=aux), tm, "auto", {"strategy": "evidence"}).result(), y[idx]))
-    assert sum(routed) >= sum(evidence) + 0.05, (routed, evidence)  # 82% against 78% on these batches
+    assert sum(routed) >= sum(evidence) + 0.3, (routed, evidence)  # 1.59 against 1.02 on these batches
 
 
 def test_integer_counts_keeps_the_total():
@@ -323,4 +329,42 @@ def test_auto_takes_rlu_on_a_dirichlet_client_delta_of_a_model_without_batch_sta
     cap = capture_update(net, conv, x[idx], y[idx], CaptureConfig(batch_size=8, local_steps=2, lr=0.02, kind="delta",
                                                                    bn_mode="train"))
     tm = ThreatModel.from_tensors(Checkpoint.in_memory(conv, net), cap.tensors, cap.meta)
-    assert not LabelJob(Session(aux=aux), tm, "auto").result().diagnostics["strategy"].startswith("hybrid, RLU")
+    d = LabelJob(Session(aux=aux), tm, "auto").result().diagnostics
+    assert not d["strategy"].startswith("hybrid, RLU")
+    # the ensemble's RLU keeps the constant-gradient path there (the simulated progress gains nothing, costs more)
+    assert d["strategy"] == "ensemble" and d["member_options"] == {"rlu": {"trajectory": "interpolate"}}
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+def test_simulated_progress_is_the_constant_gradient_path_when_the_gradient_is_constant(digits, momentum):
+    """Every simulated batch the same image at a tiny learning rate: the gradient is the same at every step, so each
+    step's progress along the client's change is where a constant gradient puts it (k / K for plain SGD)."""
+    from fedaudit.conversion import path_fractions
+    from fedaudit.labels.progress import simulated_progress
+
+    x, y, aux = digits
+    cfg = CaptureConfig(batch_size=4, local_steps=6, lr=1e-4, momentum=momentum, kind="delta", bn_mode="eval")
+    tm = _tm(x[:24], y[:24], cfg)
+    one = aux.labels == 3
+    shares = torch.nn.functional.one_hot(torch.tensor(3), 10).double()
+    f = simulated_progress(tm, aux.images[one][:1], aux.labels[one][:1], shares, 2, torch.Generator().manual_seed(0))
+    assert max(abs(a - b) for a, b in zip(f, path_fractions(6, momentum))) < 2e-3, f
+
+
+def test_rlu_progress_places_a_fast_learning_client_further_along_its_path(digits):
+    """K = 10 steps (lr 0.01, B = 32) of an untrained DLG LeNet: the client learns its class mix in its first steps,
+    so simulated clients are 0.15-0.2 of the way along their change after one step of ten (not 0.1), and RLU with that timing
+    (``--trajectory progress``, the default) beats the constant-gradient path (``interpolate``) on these clients
+    (2.37 against 2.11 summed InsAcc over three when written, five refinement rounds; 2.37 with two; +6.7 points at K = 10, lr 0.01 on the DLG LeNet grid)."""
+    x, y, aux = digits
+    progress, straight = [], []
+    for trial in range(3):
+        idx = torch.randint(2000, (320,), generator=torch.Generator().manual_seed(70 + trial))
+        tm = _tm(x[idx], y[idx], CaptureConfig(batch_size=32, local_steps=10, lr=0.01, kind="delta", bn_mode="eval"))
+        r = LabelJob(Session(aux=aux), tm, "rlu").result()
+        assert r.diagnostics["trajectory"] == "progress" and 1 <= r.diagnostics["refinements"] <= 2
+        assert len(r.diagnostics["progress"]) == 10 and r.diagnostics["progress"][1] > 0.12, r.diagnostics["progress"]  # k / K = 0.1
+        progress.append(insacc(r, y[idx]))
+        straight.append(insacc(LabelJob(Session(aux=aux), tm, "rlu", {"trajectory": "interpolate"}).result(), y[idx]))
+    print(progress, straight)
+    assert sum(progress) >= sum(straight) + 0.15, (progress, straight)

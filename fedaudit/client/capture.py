@@ -12,14 +12,13 @@ import fnmatch
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from fedaudit import __version__
+from fedaudit.client.local_sgd import client_loss, local_sgd
 from fedaudit.errors import InputError
 from fedaudit.io.update import UpdateMeta
 from fedaudit.models import ModelSpec
-from fedaudit.models.normalize import normalize
 
 
 @dataclass
@@ -76,13 +75,6 @@ def bn_momentum(model: nn.Module) -> float | str | None:
     return "cumulative" if m is None else float(m)
 
 
-def _loss(model: nn.Module, spec: ModelSpec, x: torch.Tensor, y: torch.Tensor, reduction: str) -> torch.Tensor:
-    try:
-        return F.cross_entropy(model(normalize(x, spec)), y, reduction=reduction)
-    except ValueError as exc:  # BatchNorm in train mode on a 1x1 feature map with batch 1
-        raise InputError(f"the client forward failed: {exc} (try --bn-mode eval)") from None
-
-
 def capture_update(model: nn.Module, spec: ModelSpec, images: torch.Tensor, labels: torch.Tensor,
                    cfg: CaptureConfig, base_sha256: str | None = None) -> Capture:
     kind = _validate(cfg, images.shape[0])
@@ -93,18 +85,14 @@ def capture_update(model: nn.Module, spec: ModelSpec, images: torch.Tensor, labe
     step = torch.arange(images.shape[0]) // cfg.batch_size
     buffers = cfg.include_buffers if cfg.include_buffers is not None else kind != "gradient"
     if kind == "gradient":
-        loss = _loss(model, spec, images, labels, cfg.reduction)
+        loss = client_loss(model, spec, images, labels, cfg.reduction)
         out = dict(zip(params, torch.autograd.grad(loss, list(params.values()))))
         if buffers:  # the buffers after the forward (train-mode BN moved its running statistics once)
             out.update({k: v.detach().clone() for k, v in model.state_dict().items() if k not in params})
     else:
         start = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        opt = torch.optim.SGD(params.values(), lr=float(cfg.lr or 0), momentum=cfg.momentum, weight_decay=cfg.weight_decay)
-        for k in range(cfg.local_steps):
-            sel = slice((k % nb) * cfg.batch_size, (k % nb + 1) * cfg.batch_size)
-            opt.zero_grad()
-            _loss(model, spec, images[sel], labels[sel], "mean").backward()
-            opt.step()
+        sels = [slice((k % nb) * cfg.batch_size, (k % nb + 1) * cfg.batch_size) for k in range(cfg.local_steps)]
+        local_sgd(model, spec, ((images[s], labels[s]) for s in sels), float(cfg.lr or 0), cfg.momentum, cfg.weight_decay)
         end = model.state_dict()
         names = [k for k in end if k in params or buffers]
         if kind == "weights":

@@ -95,8 +95,9 @@ def _with_aux(tm: ThreatModel, session: Session, method: type[LabelMethod]) -> S
     return session
 
 
-def _run_each(tm: ThreatModel, session: Session, names: tuple[str, ...]):
-    """Run every applicable method of ``names``: [(name, result, session it ran with, seconds)] and {name: why not}."""
+def _run_each(tm: ThreatModel, session: Session, names: tuple[str, ...], options: dict | None = None):
+    """Run every applicable method of ``names`` (``options``: {name: that method's options}): [(name, result, session
+    it ran with, seconds)] and {name: why not}."""
     runs: list[tuple[str, LabelResult, Session, float]] = []
     skipped: dict[str, str] = {}
     for name in names:
@@ -108,7 +109,7 @@ def _run_each(tm: ThreatModel, session: Session, names: tuple[str, ...]):
             continue
         t0 = time.perf_counter()
         try:
-            result = method().run(tm, sub)
+            result = method((options or {}).get(name)).run(tm, sub)
         except (NotApplicable, ValueError) as exc:
             skipped[name] = str(exc)
             continue
@@ -311,9 +312,15 @@ class Auto(LabelMethod):
         embedding per class, LLG the impact of each label, RLU a simulation of the local steps), so the mean trims
         each one's failures; bias-count, ZLG and LLG+ err alike and so weigh about three votes. Measured on LeNet
         FedAvg deltas (docs/results/labels.md) it is within a few points of the best method where one method leads
-        and ahead of every single method where none does."""
-        runs, skipped = _run_each(tm, session, ENSEMBLE)
-        return self._ensemble_of(runs, skipped, spread)
+        and ahead of every single method where none does. On a delta of a model whose BatchNorm normalises with
+        batch statistics RLU runs with ``--trajectory interpolate``: its simulated progress gains nothing there and
+        costs several times as much (docs/results/labels.md, "RLU's path: simulated progress")."""
+        options = {"rlu": {"trajectory": "interpolate"}} if tm.meta.local_steps > 1 and tm.train_bn and tm.has_batchnorm else {}
+        runs, skipped = _run_each(tm, session, ENSEMBLE, options)
+        result = self._ensemble_of(runs, skipped, spread)
+        if result is not None and options:
+            result.diagnostics["member_options"] = options
+        return result
 
     def _ensemble_of(self, runs, skipped: dict, spread: float | None) -> LabelResult | None:
         """The ensemble's result from the members' runs (``_run_each``); None for fewer than two."""

@@ -1,0 +1,42 @@
+"""A client's local training: plain or heavy-ball SGD on the cross-entropy of a sequence of batches.
+
+Written once for the two places that run it: ``capture`` (record a FedAvg upload from real images) and label
+methods that simulate a client on auxiliary images (RLU's ``--trajectory progress``, fedaudit/labels/rlu.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fedaudit.errors import InputError
+from fedaudit.models import ModelSpec
+from fedaudit.models.normalize import normalize
+
+
+def client_loss(model: nn.Module, spec: ModelSpec, x: torch.Tensor, y: torch.Tensor, reduction: str = "mean",
+                normalized: bool = False) -> torch.Tensor:
+    """The client's cross-entropy on images ``x`` in [0, 1] (``normalized``: already normalised)."""
+    try:
+        return F.cross_entropy(model(x if normalized else normalize(x, spec)), y, reduction=reduction)
+    except ValueError as exc:  # BatchNorm in train mode on a 1x1 feature map with batch 1
+        raise InputError(f"the client forward failed: {exc} (try --bn-mode eval)") from None
+
+
+def local_sgd(model: nn.Module, spec: ModelSpec, batches: Iterable[tuple[torch.Tensor, torch.Tensor]], lr: float,
+              momentum: float = 0.0, weight_decay: float = 0.0, normalized: bool = False,
+              before_step: Callable[[int, nn.Module], None] | None = None) -> nn.Module:
+    """Train ``model`` in place, one torch SGD step per batch (mean-reduced loss), as a FedAvg client does;
+    ``before_step(k, model)`` sees the model each step's gradient is taken at. Returns the model."""
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=lr, momentum=momentum,
+                          weight_decay=weight_decay)
+    for k, (x, y) in enumerate(batches):
+        if before_step is not None:
+            before_step(k, model)
+        opt.zero_grad()
+        client_loss(model, spec, x, y, "mean", normalized).backward()
+        opt.step()
+    return model
