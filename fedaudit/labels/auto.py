@@ -95,6 +95,11 @@ def _with_aux(tm: ThreatModel, session: Session, method: type[LabelMethod]) -> S
     return session
 
 
+def _batch_statistics(tm: ThreatModel) -> bool:
+    """Whether the clients normalise with BatchNorm batch statistics (train mode, and the model has BatchNorm)."""
+    return tm.train_bn and tm.has_batchnorm
+
+
 def _run_each(tm: ThreatModel, session: Session, names: tuple[str, ...], options: dict | None = None):
     """Run every applicable method of ``names`` (``options``: {name: that method's options}): [(name, result, session
     it ran with, seconds)] and {name: why not}."""
@@ -176,7 +181,7 @@ class Auto(LabelMethod):
                 result = self._by_class_count(tm, session, spread)
                 if result is not None:
                     return result
-            if tm.meta.local_steps > 1 and not (tm.train_bn and tm.has_batchnorm) and not exact:
+            if tm.meta.local_steps > 1 and not _batch_statistics(tm) and not exact:
                 result = self._by_rlu(tm, session, spread)
                 if result is not None:
                     return result
@@ -315,7 +320,7 @@ class Auto(LabelMethod):
         and ahead of every single method where none does. On a delta of a model whose BatchNorm normalises with
         batch statistics RLU runs with ``--trajectory interpolate``: its simulated progress gains nothing there and
         costs several times as much (docs/results/labels.md, "RLU's path: simulated progress")."""
-        options = {"rlu": {"trajectory": "interpolate"}} if tm.meta.local_steps > 1 and tm.train_bn and tm.has_batchnorm else {}
+        options = {"rlu": {"trajectory": "interpolate"}} if tm.meta.local_steps > 1 and _batch_statistics(tm) else {}
         runs, skipped = _run_each(tm, session, ENSEMBLE, options)
         result = self._ensemble_of(runs, skipped, spread)
         if result is not None and options:

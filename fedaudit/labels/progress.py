@@ -22,6 +22,11 @@ from fedaudit.conversion import optimizer_terms, path_fractions
 from fedaudit.threat_model import ThreatModel
 
 
+def draw_by_class(pools: list[torch.Tensor], classes: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """One index per entry of ``classes``, drawn uniformly (with replacement) from that class's pool of indices."""
+    return torch.stack([pools[c][torch.randint(len(pools[c]), (1,), generator=gen)][0] for c in classes.tolist()])
+
+
 def _uploaded(tm: ThreatModel, model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """The parameters the update carries (withheld ones do not move on the path), detached copies."""
     return {n: p.detach().clone() for n, p in model.named_parameters() if n in tm.gradient}
@@ -78,7 +83,7 @@ def simulated_progress(tm: ThreatModel, images: torch.Tensor, labels: torch.Tens
     runs = []
     for _ in range(simulations):
         classes = torch.multinomial(q, steps * b, replacement=True, generator=gen)
-        idx = torch.stack([pools[c][torch.randint(len(pools[c]), (1,), generator=gen)][0] for c in classes.tolist()])
+        idx = draw_by_class(pools, classes, gen)
         batches = [(images[idx[k * b:(k + 1) * b]].to(device), classes[k * b:(k + 1) * b].to(device)) for k in range(steps)]
         seed = int(torch.randint(2**62, (1,), generator=gen))
         f = _client_progress(tm, batches, seed, lr, momentum, wd, normalized)

@@ -48,7 +48,7 @@ from fedaudit.conversion import momentum_weights, optimizer_terms
 from fedaudit.errors import NotApplicable
 from fedaudit.labels import LABEL_METHODS
 from fedaudit.labels.base import LabelMethod, LabelResult, integer_counts, samples_in_update
-from fedaudit.labels.progress import simulated_progress
+from fedaudit.labels.progress import draw_by_class, simulated_progress
 from fedaudit.methods import MethodOption
 from fedaudit.models.head import output_layer_io
 from fedaudit.requirements import BATCH_SIZE, FINAL_BIAS_GRAD
@@ -204,7 +204,7 @@ class RLU(LabelMethod):
                 for k in range(steps):
                     acc += weights[k] * class_confidence(h @ wt.T + bt, y, self.opt("confidence"), self.opt("draws"), gen)
                     cls = torch.multinomial(q, b, replacement=True, generator=gen)
-                    idx = torch.stack([pools[j][torch.randint(len(pools[j]), (1,), generator=gen)][0] for j in cls.tolist()])
+                    idx = draw_by_class(pools, cls, gen)
                     err = torch.softmax(h[idx] @ wt.T + bt, 1) - torch.nn.functional.one_hot(cls, c).double()
                     gw, gb = err.T @ h[idx] / b + wd * wt, err.mean(0) + wd * bt
                     bw, bb = (gw, gb) if k == 0 or momentum == 0 else (momentum * bw + gw, momentum * bb + gb)
