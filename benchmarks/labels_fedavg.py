@@ -34,7 +34,8 @@ from fedaudit.jobs import Aux
 DIRICHLET_ALPHA = 0.5  # the concentration of FL papers' non-IID clients (RLU's CIFAR-10/SVHN setting)
 MODELS = {"lenet": ("lenet", "lenet", {}, "eval"), "lenet-torch": ("lenet (torch init)", "lenet", {"init": "torch"}, "eval"),
           "convnet": ("convnet w16", "convnet", {"width": 16}, "train")}
-METHODS = ["bias-count", "zlg", "ilrg", "llg", "llg-plus", "rlu", "auto", "auto-rules", "auto-evidence", "auto-ensemble"]
+METHODS = ["bias-count", "zlg", "ilrg", "llg", "llg-plus", "rlu", "auto", "client-fit", "auto-rules", "auto-evidence",
+           "auto-ensemble"]  # client-fit after auto: its counts are reused from auto's run where auto ran it
 
 
 def victims(py: torch.Tensor, n: int, kind: str, g: torch.Generator, share: float = 0.5,
@@ -79,6 +80,8 @@ def main(argv=None) -> int:
         ap.add_argument(f"--{key}", help=f"comma list replacing the grid's {key} values")
     ap.add_argument("--methods", help="comma list replacing the methods run (default: all of METHODS)")
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--records", action="store_true", help="also write OUT/labels_fedavg_clients.jsonl: per client, "
+                    "its true counts and every method's counts (auto: its route and its candidates' counts)")
     args = ap.parse_args(argv)
     methods = args.methods.split(",") if args.methods else METHODS
     torch.set_num_threads(args.threads)
@@ -92,6 +95,8 @@ def main(argv=None) -> int:
         if getattr(args, key):
             grid[key] = [kind(v) for v in getattr(args, key).split(",")]
     rows = []
+    args.out.mkdir(parents=True, exist_ok=True)
+    records = (args.out / "labels_fedavg_clients.jsonl").open("w") if args.records else None
     for label, arch, kwargs, bn in models:
         spec, model = make_model(arch, kwargs)
         for state, net in (("random init", model.eval()), ("trained", train(model, spec, train_xy, epochs=1))):
@@ -101,13 +106,21 @@ def main(argv=None) -> int:
                 acc: dict[str, list[float]] = {}
                 for t in range(1 if args.quick else args.trials):
                     tm, truth = client_update(spec, net, (px, py), t, k, b, lr, mom, kind, bn)
-                    for name, r in run_methods(tm, truth, aux, seed=t, methods=methods).items():
+                    results = run_methods(tm, truth, aux, seed=t, methods=methods)
+                    for name, r in results.items():
                         acc.setdefault(name, []).append(r["InsAcc"])
+                    if records:
+                        records.write(json.dumps({"model": label, "state": state, "K": k, "lr": lr, "momentum": mom,
+                                                  "B": b, "batch": kind, "trial": t,
+                                                  "truth": torch.bincount(truth, minlength=10).tolist(),
+                                                  "methods": results}) + "\n")
+                        records.flush()
                 row = {"model": label, "state": state, "K": k, "lr": lr, "momentum": mom, "B": b, "batch": kind,
                        "InsAcc": {n: sum(v) / len(v) for n, v in acc.items()}}
                 rows.append(row)
                 print(json.dumps(row), file=sys.stderr, flush=True)
-    args.out.mkdir(parents=True, exist_ok=True)
+    if records:
+        records.close()
     (args.out / "labels_fedavg.json").write_text(json.dumps(rows, indent=1))
     (args.out / "labels_fedavg.md").write_text(markdown(rows))
     print(markdown(rows))

@@ -9,6 +9,7 @@ from fedaudit.labels import (  # noqa: E402,F401
     auto,
     bias_count,
     bn_count,
+    client_fit,
     fedleak,
     gdbr,
     hfgi,

@@ -1,8 +1,8 @@
 """``auto``: the label method whose counts best explain this update, every candidate and its score reported.
 
 ``--strategy hybrid`` (default): the rules below where they are near exact (one local step and input-independent
-outputs: random-init models), the evidence on one-step updates of trained-like models, RLU or the mean of the
-methods on FedAvg deltas (below), except for a batch of at most two classes by the signs of the output bias gradient, which
+outputs: random-init models), the evidence on one-step updates of trained-like models, client-fit or the mean of
+the methods on FedAvg deltas (below), except for a batch of at most two classes by the signs of the output bias gradient, which
 goes to LLG (the evidence follows RLU, which trails LLG there; docs/results/labels.md), and, on a model with
 trained-like outputs, a batch of at least four classes by the same signs, which goes to bias-count; before both, a
 one-step upload of a trained-like model that carries BN buffers, with labelled aux images, goes to bn-count unless
@@ -14,15 +14,15 @@ MNIST LeNet/ConvNet rows (docs/results/labels.md) the evidence alone loses up to
 init, K = 1 (it is sometimes confidently wrong there) and gains up to 19 points where the rules' assumptions fail.
 
 On a FedAvg delta (several local steps) of more classes, of a model whose BatchNorm (if any) does not normalise with
-batch statistics during local training, hybrid takes RLU, which models the K steps, unless the residual of its least
-squares reaches RLU_MAX_RESIDUAL (10% of the update's norm): then its simulated path does not explain the update (a
-fast-moving model: lr 0.05-0.1 on the DLG LeNet) and the ensemble (below) is returned. Measured on LeNet deltas of
-shuffled (random and Dirichlet(0.5)) clients, RLU leads the ensemble in most rows, by up to 20 points on Dirichlet
-clients (docs/results/labels.md, "FedAvg deltas of shuffled and Dirichlet clients"). Other deltas (BatchNorm in
-train mode, e.g. the ConvNet, where RLU trails bias-count and ZLG by 20-50 points) get the mean of the count vectors
-of bias-count, ZLG, iLRG, LLG, LLG+ and RLU (``--strategy ensemble`` everywhere), which trails the best single
-method by 4.1-7.5 points on the ConvNet's held-out batches (benchmarks/labels_ensemble.py). The ensemble trails the
-evidence on one-step updates, where it is not used.
+batch statistics during local training, hybrid takes client-fit (fedaudit/labels/client_fit.py), which fits each
+step's class mix so that a client simulated on the aux images reproduces the whole update, rather than guessing the
+client's path as RLU must (docs/results/labels.md, "client-fit"; before it, RLU where its least squares fitted the
+update, else the ensemble), except on a model whose outputs do not depend on its input (softmax spread below
+INPUT_INDEPENDENT), where RLU's model is exact and it is returned. Other deltas (BatchNorm in train mode, e.g. the ConvNet, where RLU trails bias-count and
+ZLG by 20-50 points; client-fit not measured there) get the mean of the count vectors of bias-count, ZLG, iLRG,
+LLG, LLG+ and RLU (``--strategy ensemble`` everywhere), which trails the best single method by 4.1-7.5 points on the
+ConvNet's held-out batches (benchmarks/labels_ensemble.py). The ensemble trails the evidence on one-step updates,
+where it is not used.
 
 ``--strategy evidence``: run every applicable count method (aux data where given, Gaussian dummies
 otherwise), score each distinct count vector by how well it explains the output layer's update under the model
@@ -72,9 +72,16 @@ ONE_CLASS_SHARE = 0.8
 # hybrid, several local steps (a FedAvg delta) of a batch of more than FEW_CLASSES classes: the mean of these
 # methods' count vectors (docs/results/labels.md)
 ENSEMBLE = ("bias-count", "zlg", "ilrg", "llg", "llg-plus", "rlu")
-# hybrid, a FedAvg delta of a model without batch-statistics BatchNorm: RLU unless its least-squares residual (relative
-# to the update's norm) reaches this: its model of the client's path then does not explain the update
-# (docs/results/labels.md, "FedAvg deltas of shuffled and Dirichlet clients")
+# hybrid, a FedAvg delta of a model without batch-statistics BatchNorm: below this softmax spread every sample gets
+# (nearly) the same softmax at the global model (the PyTorch-init LeNet: 0.0004; the DLG LeNet at random init: 0.15),
+# RLU's model of the output layer is then nearly exact and it leads client-fit, whose simulated batches add the
+# draw of the aux images (docs/results/labels.md, "client-fit")
+INPUT_INDEPENDENT = 0.05
+# hybrid, a FedAvg delta: client-fit unrolls K steps of the whole model on 16 aux images per class with second
+# derivatives; above this many parameters (not measured: the LeNets have 6-62 thousand) its time and memory are not
+# known, so the earlier route runs: RLU where its least-squares residual stays below RLU_MAX_RESIDUAL of the update's
+# norm, else the ensemble (docs/results/labels.md, "FedAvg deltas of shuffled and Dirichlet clients")
+CLIENT_FIT_MAX_PARAMETERS = 1_000_000
 RLU_MAX_RESIDUAL = 0.1
 UNTRAINED = ("bias-count", "zlg", "ilrg", "llg", "hfgi", "fedleak", "gdbr")
 TRAINED = ("llg", "hfgi", "zlg", "bias-count", "ilrg", "fedleak", "gdbr")
@@ -150,7 +157,7 @@ class Auto(LabelMethod):
                      "ensemble: the mean of the candidates' counts; hybrid: rules where they are exact (one step, "
                      "input-independent outputs), bn-count on trained models' one-step uploads with BN buffers, LLG on "
                      "few classes, bias-count on many classes of a trained model, "
-                     "RLU (if its fit explains the update and the model has no batch-statistics BatchNorm) or the "
+                     "client-fit (models without batch-statistics BatchNorm) or the "
                      "ensemble on other FedAvg deltas, evidence elsewhere",
                      ("hybrid", "evidence", "rules", "ensemble")),
     )
@@ -182,7 +189,7 @@ class Auto(LabelMethod):
                 if result is not None:
                     return result
             if tm.meta.local_steps > 1 and not _batch_statistics(tm) and not exact:
-                result = self._by_rlu(tm, session, spread)
+                result = self._by_client_fit(tm, session, spread)
                 if result is not None:
                     return result
             strategy = "rules" if rules_exact else "ensemble" if tm.meta.local_steps > 1 else "evidence"
@@ -287,29 +294,41 @@ class Auto(LabelMethod):
                               **extra, **result.diagnostics}
         return result
 
-    def _by_rlu(self, tm: ThreatModel, session: Session, spread: float | None) -> LabelResult | None:
+    def _by_client_fit(self, tm: ThreatModel, session: Session, spread: float | None) -> LabelResult | None:
         """A FedAvg delta (K > 1) of a model whose BatchNorm (if any) did not normalise with batch statistics, not
-        routed by its class count: RLU, which models the K steps, unless its least-squares residual reaches
-        RLU_MAX_RESIDUAL (its simulated path cannot explain the update: a fast-moving model, lr 0.05-0.1 on the DLG
-        LeNet); then the ensemble (docs/results/labels.md, "FedAvg deltas of shuffled and Dirichlet clients"). The
-        members run either way: their counts are reported. None where fewer than two ensemble members apply."""
+        routed by its class count: client-fit, which fits each step's class mix so that a client simulated on the aux
+        images reproduces the whole update (docs/results/labels.md, "client-fit"), except on a model whose outputs do
+        not depend on the input (softmax spread below INPUT_INDEPENDENT): RLU; on a model of more than
+        CLIENT_FIT_MAX_PARAMETERS the earlier route (RLU if its residual is below RLU_MAX_RESIDUAL, else the ensemble);
+        the ensemble where neither can run.
+        The ensemble's members run too: their counts, and RLU's least-squares residual, are reported. None where
+        neither applies."""
         runs, skipped = _run_each(tm, session, ENSEMBLE)
         ensemble = self._ensemble_of(runs, skipped, spread)
         rlu = next((run for run in runs if run[0] == "rlu"), None)
-        if ensemble is None or rlu is None:
-            return ensemble
-        counts = rlu[1].counts_int
-        residual = float(rlu[1].diagnostics["residual"])
-        agreement = float(torch.minimum(counts, ensemble.counts_int).sum()) / max(int(counts.sum()), 1)
-        ensemble.diagnostics.update(rlu_residual=residual, rlu_agreement=agreement)
-        if not residual < RLU_MAX_RESIDUAL:  # NaN counts as no fit
-            ensemble.diagnostics["strategy"] = "ensemble (RLU does not fit)"
-            return ensemble
         negative = int((tm.final_bias_grad < 0).sum()) if tm.final_bias_grad is not None else 0
-        return self._routed(rlu, "hybrid, RLU on a delta", spread, negative,
-                            {"rlu_residual": residual, "rlu_agreement": agreement,
-                             "ensemble_counts": ensemble.counts_int.tolist(),
-                             "candidates": ensemble.diagnostics["candidates"]})
+        candidates = [{"method": n, "counts": r.counts_int.tolist(), "seconds": round(t, 3)} for n, r, _, t in runs]
+        extra = {"ensemble_counts": ensemble.counts_int.tolist() if ensemble is not None else None,
+                 "rlu_residual": float(rlu[1].diagnostics["residual"]) if rlu is not None else None,
+                 "candidates": candidates, "not_run": skipped}
+        if rlu is not None and spread is not None and spread < INPUT_INDEPENDENT:
+            return self._routed(rlu, "hybrid, RLU on a delta (input-independent outputs)", spread, negative, extra)
+        size = sum(p.numel() for p in tm.model.parameters())
+        if size > CLIENT_FIT_MAX_PARAMETERS:
+            if rlu is not None and extra["rlu_residual"] < RLU_MAX_RESIDUAL:
+                return self._routed(rlu, "hybrid, RLU on a delta", spread, negative, extra)
+            if ensemble is not None:
+                ensemble.diagnostics["client_fit_skipped"] = f"{size} parameters > {CLIENT_FIT_MAX_PARAMETERS}"
+            return ensemble
+        fitted, why = _run_each(tm, session, ("client-fit",))
+        if not fitted:
+            if ensemble is not None:
+                ensemble.diagnostics["not_run"] = {**ensemble.diagnostics["not_run"], **why}
+            return ensemble
+        name, result, _, seconds = fitted[0]
+        extra["candidates"] = [*candidates, {"method": name, "counts": result.counts_int.tolist(),
+                                             "seconds": round(seconds, 3), "fit": result.diagnostics["fit"]}]
+        return self._routed(fitted[0], "hybrid, client-fit on a delta", spread, negative, extra)
 
     def _by_ensemble(self, tm: ThreatModel, session: Session, spread: float | None) -> LabelResult | None:
         """The mean of the applicable ENSEMBLE methods' integer count vectors, projected to integers summing to their
