@@ -126,13 +126,6 @@ class ClientFit(LabelMethod):
             raise NotApplicable("client-fit: no labelled aux image has a class in range")
         return _Simulation(tm, x, y, per_class.clamp_min(1), tm.meta.local_steps), missing.to(device), int(len(idx))
 
-    def fit_of(self, tm: ThreatModel, session: Session, counts: torch.Tensor) -> float:
-        """The fit (relative squared error) of ``counts`` as every step's mix, on the same simulation ``run`` fits:
-        a truth-free score that another method's counts can be held to."""
-        fit, _, _ = self._simulation(tm, session)
-        mix = (counts.double().clamp_min(0) / counts.double().clamp_min(0).sum().clamp_min(1e-12)).float()
-        return float(fit.loss(mix.to(fit.x.device).expand(tm.meta.local_steps, -1)).detach())
-
     def _initial_counts(self, tm: ThreatModel, session: Session, c: int) -> tuple[torch.Tensor, str]:
         """RLU's counts where ``--init rlu`` and RLU applies, else a uniform mix."""
         if self.opt("init") == "rlu":
