@@ -30,6 +30,7 @@ from benchmarks.common import RESULTS, threat_model
 from benchmarks.labels import data, make_model, run_methods, train
 from fedaudit.client.capture import CaptureConfig
 from fedaudit.jobs import Aux
+from fedaudit.metrics.labels import counts
 
 DIRICHLET_ALPHA = 0.5  # the concentration of FL papers' non-IID clients (RLU's CIFAR-10/SVHN setting)
 MODELS = {"lenet": ("lenet", "lenet", {}, "eval"), "lenet-torch": ("lenet (torch init)", "lenet", {"init": "torch"}, "eval"),
@@ -112,7 +113,7 @@ def main(argv=None) -> int:
                     if records:
                         records.write(json.dumps({"model": label, "state": state, "K": k, "lr": lr, "momentum": mom,
                                                   "B": b, "batch": kind, "trial": t,
-                                                  "truth": torch.bincount(truth, minlength=10).tolist(),
+                                                  "truth": counts(truth, 10).tolist(),
                                                   "methods": results}) + "\n")
                         records.flush()
                 row = {"model": label, "state": state, "K": k, "lr": lr, "momentum": mom, "B": b, "batch": kind,

@@ -313,12 +313,16 @@ class Auto(LabelMethod):
                  "candidates": candidates, "not_run": skipped}
         if rlu is not None and spread is not None and spread < INPUT_INDEPENDENT:
             return self._routed(rlu, "hybrid, RLU on a delta (input-independent outputs)", spread, negative, extra)
+        if ensemble is not None and rlu is not None:
+            ensemble.diagnostics["rlu_residual"] = extra["rlu_residual"]
         size = sum(p.numel() for p in tm.model.parameters())
-        if size > CLIENT_FIT_MAX_PARAMETERS:
+        if size > CLIENT_FIT_MAX_PARAMETERS:  # the earlier route
             if rlu is not None and extra["rlu_residual"] < RLU_MAX_RESIDUAL:
                 return self._routed(rlu, "hybrid, RLU on a delta", spread, negative, extra)
             if ensemble is not None:
                 ensemble.diagnostics["client_fit_skipped"] = f"{size} parameters > {CLIENT_FIT_MAX_PARAMETERS}"
+                if rlu is not None:  # NaN counts as no fit
+                    ensemble.diagnostics["strategy"] = "ensemble (RLU does not fit)"
             return ensemble
         fitted, why = _run_each(tm, session, ("client-fit",))
         if not fitted:
