@@ -1,18 +1,24 @@
-"""Two-class batches with BN buffers: the risk of `auto`'s one-class route (docs/results/labels.md, "BN statistics").
+"""Two-class batches: the risk of `auto`'s one-class routes (docs/results/labels.md, "BN statistics" and "One class
+without BN buffers").
 
-    .venv/bin/python -m benchmarks.labels_bn_two_class     # about 5 minutes on 2 cores
+    .venv/bin/python -m benchmarks.labels_bn_two_class                      # about 5 minutes on 2 cores
+    .venv/bin/python -m benchmarks.labels_bn_two_class --models lenet,lenet-torch,convnet,resnet10 --no-buffers
 
-The trained ConvNet (width 16) of benchmarks/labels.py; one-step gradient uploads with the clients' BN buffers;
-two-class batches (``benchmarks.labels_fedavg.victims``) with the first class's share 0.5, 0.75 and 0.9, B = 8,
-16, 32, 4 trials. InsAcc of bn-count, LLG, RLU, HFGI and `auto`, and which route `auto` took.
-Writes benchmarks/results/labels_bn_two_class.jsonl.
+The trained models of benchmarks/labels.py (default: the ConvNet of width 16); one-step gradient uploads, with the
+clients' BN buffers (default) or without (``--no-buffers``: the route that reads LLG instead of bn-count); two-class
+batches (``benchmarks.labels_fedavg.victims``) with the first class's share 0.5, 0.75 and 0.9, B = 8, 16, 32,
+``--trials`` (4) each. InsAcc of bn-count (with buffers), LLG, RLU, HFGI and `auto`, and which route `auto` took.
+Writes OUT/labels_bn_two_class.jsonl, or OUT/labels_two_class_no_buffers.jsonl (``--no-buffers``); OUT defaults to
+benchmarks/results.
 """
 
 from __future__ import annotations
 
+import argparse
 import collections
 import json
 import sys
+from pathlib import Path
 
 import torch
 
@@ -22,32 +28,48 @@ from benchmarks.labels_fedavg import victims
 from fedaudit.client.capture import CaptureConfig
 from fedaudit.jobs import Aux
 
-METHODS = ["bn-count", "llg", "rlu", "hfgi", "auto"]
+MODELS = {"lenet": ("lenet (DLG init)", "lenet", {}, 10), "lenet-torch": ("lenet (torch init)", "lenet", {"init": "torch"}, 10),
+          "convnet": ("convnet w16", "convnet", {"width": 16}, 2), "resnet10": ("resnet10 w16", "resnet10", {"width": 16}, 2)}
 
 
-def main() -> int:
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default="convnet", help=f"comma list of {', '.join(MODELS)}")
+    ap.add_argument("--no-buffers", action="store_true", help="gradient uploads without the BN buffers")
+    ap.add_argument("--trials", type=int, default=4)
+    ap.add_argument("--out", type=Path, default=RESULTS, help="the folder for the results")
+    args = ap.parse_args(argv)
     torch.set_num_threads(2)
     train_xy, (ax, ay), (px, py) = data()
     aux = Aux(ax, ay, "images")
-    spec, init = make_model("convnet", {"width": 16})
-    model = train(init, spec, train_xy, 2)
+    methods = ["llg", "rlu", "hfgi", "auto"] if args.no_buffers else ["bn-count", "llg", "rlu", "hfgi", "auto"]
     rows = []
-    for share in (0.5, 0.75, 0.9):
-        for b in (8, 16, 32):
-            acc: dict[str, list[float]] = collections.defaultdict(list)
-            routes: collections.Counter = collections.Counter()
-            for t in range(4):
-                idx = victims(py, b, "two-class", torch.Generator().manual_seed(100 * t + b), share=share)
-                cfg = CaptureConfig(batch_size=b, bn_mode="train", include_buffers=True)
-                tm = threat_model(spec, model, px[idx], py[idx], cfg)
-                res = run_methods(tm, py[idx], aux, seed=t, methods=METHODS)
-                for name, r in res.items():
-                    acc[name].append(r["InsAcc"])
-                routes[res["auto"]["strategy"]] += 1
-            row = {"share": share, "B": b, "InsAcc": {k: sum(v) / len(v) for k, v in acc.items()}, "auto_routes": dict(routes)}
-            rows.append(row)
-            print(json.dumps(row), flush=True)
-    (RESULTS / "labels_bn_two_class.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for key in args.models.split(","):
+        label, arch, kwargs, epochs = MODELS[key]
+        spec, init = make_model(arch, kwargs)
+        model = train(init, spec, train_xy, epochs)
+        for share in (0.5, 0.75, 0.9):
+            for b in (8, 16, 32):
+                acc: dict[str, list[float]] = collections.defaultdict(list)
+                routes: collections.Counter = collections.Counter()
+                for t in range(args.trials):
+                    idx = victims(py, b, "two-class", torch.Generator().manual_seed(100 * t + b), share=share)
+                    cfg = CaptureConfig(batch_size=b, bn_mode="train", include_buffers=None if args.no_buffers else True)
+                    tm = threat_model(spec, model, px[idx], py[idx], cfg)
+                    res = run_methods(tm, py[idx], aux, seed=t, methods=methods)
+                    for name, r in res.items():
+                        acc[name].append(r["InsAcc"])
+                    routes[res["auto"]["strategy"]] += 1
+                row = {"share": share, "B": b, "InsAcc": {k: sum(v) / len(v) for k, v in acc.items()},
+                       "auto_routes": dict(routes)}
+                if args.models != "convnet" or args.no_buffers:
+                    row = {"model": label, "buffers": not args.no_buffers, **row}
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    name = "labels_two_class_no_buffers.jsonl" if args.no_buffers else "labels_bn_two_class.jsonl"
+    out = args.out / name
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return 0
 
 

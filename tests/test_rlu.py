@@ -46,6 +46,13 @@ def _tm(x, y, cfg, seed=0, model=None):
     return ThreatModel.from_tensors(Checkpoint.in_memory(SPEC, model), cap.tensors, cap.meta)
 
 
+@pytest.fixture(scope="module")
+def sure_lenet(digits):
+    """The DLG LeNet of ``_trained`` after 4 epochs at lr 3e-3: trained-like outputs (softmax spread >= 0.3)."""
+    x, y, _ = digits
+    return _trained(x, y, lr=3e-3, epochs=4)
+
+
 def _trained(x, y, lr: float, epochs: int):
     """A DLG LeNet (seed 0) trained with Adam on digits 2000-3999, which the victims (drawn from 0-1999) never are."""
     torch.manual_seed(0)
@@ -191,13 +198,13 @@ def test_auto_averages_the_methods_on_a_fast_moving_fedavg_delta(digits):
     assert sum(hybrid_acc) >= sum(ens_acc), (hybrid_acc, ens_acc)
 
 
-def test_auto_sends_a_many_class_batch_of_a_trained_model_to_bias_count(digits):
+def test_auto_sends_a_many_class_batch_of_a_trained_model_to_bias_count(digits, sure_lenet):
     """A LeNet trained until its outputs depend on the input (softmax spread >= 0.3), random batches of 32 digits,
     one step: four or more negative output-bias entries route the hybrid strategy to bias-count, which beats the
     evidence's pick (RLU, whose least squares is ill-conditioned when the model is sure: S is near I) on these
     batches (3.44 against 3.03 summed InsAcc when written)."""
     x, y, aux = digits
-    model = _trained(x, y, lr=3e-3, epochs=4)
+    model = sure_lenet
     routed, evidence = [], []
     for trial in range(4):
         idx = torch.randperm(2000, generator=torch.Generator().manual_seed(40 + trial))[:32]
@@ -209,6 +216,25 @@ def test_auto_sends_a_many_class_batch_of_a_trained_model_to_bias_count(digits):
         routed.append(insacc(chosen, y[idx]))
         evidence.append(insacc(LabelJob(Session(aux=aux), tm, "auto", {"strategy": "evidence"}).result(), y[idx]))
     assert sum(routed) >= sum(evidence) + 0.2, (routed, evidence)
+
+
+def test_auto_gives_a_one_class_batch_of_a_trained_model_to_its_class(digits, sure_lenet):
+    """No BN buffers: one negative output-bias entry, LLG putting most of the batch on that class and HFGI all of it
+    send the whole batch there (LLG alone leaves a sample elsewhere: 15 of 16 on each of these batches when written);
+    on a 14 + 2 batch the route costs nothing against LLG."""
+    x, y, aux = digits
+    model = sure_lenet
+    for c in (3, 7):
+        idx = torch.nonzero(y[:2000] == c).flatten()[:16]
+        tm = _tm(x[idx], y[idx], CaptureConfig(batch_size=16, bn_mode="eval"), model=model)
+        r = LabelJob(Session(aux=aux), tm, "auto").result()
+        d = r.diagnostics
+        assert d["strategy"] == "hybrid, one class" and d["negative_bias_entries"] == 1 and d["softmax_spread"] >= 0.3
+        assert r.labels == [c] * 16 and max(d["llg_counts"]) >= 13 and d["hfgi_counts"] == r.counts_int.tolist()
+    idx = torch.cat([torch.nonzero(y[:2000] == 4).flatten()[:14], torch.nonzero(y[:2000] == 1).flatten()[:2]])
+    tm = _tm(x[idx], y[idx], CaptureConfig(batch_size=16, bn_mode="eval"), model=model)
+    routed = LabelJob(Session(aux=aux), tm, "auto").result()
+    assert insacc(routed, y[idx]) >= insacc(LabelJob(Session(aux=aux), tm, "llg").result(), y[idx])
 
 
 def test_rlu_cli_runs_and_says_when_it_cannot_apply(cli, tmp_path):
