@@ -290,9 +290,9 @@ class Auto(LabelMethod):
         if not runs:
             return None
         if trained and negative == 1 and "bn_count_counts" not in extra:
-            one = self._one_class(tm, session, runs[0], gb)
-            if one is not None:
-                return self._routed(one[0], "hybrid, one class", spread, negative, one[1])
+            single = self._one_class(tm, session, runs[0], gb)
+            if single is not None:
+                return self._routed(single[0], "hybrid, one class", spread, negative, single[1])
         return self._routed(runs[0], strategy, spread, negative, extra)
 
     @staticmethod
