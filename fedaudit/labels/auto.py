@@ -292,14 +292,14 @@ class Auto(LabelMethod):
         if trained and negative == 1 and "bn_count_counts" not in extra:
             single = self._one_class(tm, session, runs[0], gb)
             if single is not None:
-                return self._routed(single[0], "hybrid, one class", spread, negative, single[1])
+                return self._routed(single[0], "hybrid, one class", spread, negative, {**extra, **single[1]})
         return self._routed(runs[0], strategy, spread, negative, extra)
 
     @staticmethod
     def _one_class(tm: ThreatModel, session: Session, llg, gb: torch.Tensor) -> tuple[tuple, dict] | None:
         """A trained-like model's update whose bias gradient has one negative entry, on whose class LLG puts at least
         ONE_CLASS_SHARE of the batch and HFGI the whole batch: the readings name one class, and the whole batch goes
-        to it. LLG's estimate leaves a sample or two on other classes of a single-class batch (94-96% on the
+        to it. LLG's estimate leaves a sample or two on other classes of a single-class batch (94-98% on the
         benchmark's single-class cells of B >= 16, HFGI 100); where a second class hides behind the one negative
         entry, HFGI finds it more often than LLG (docs/results/labels.md, "One class without BN buffers"). The route
         and LLG's and HFGI's counts, or None where they do not agree on one class."""
