@@ -129,6 +129,13 @@ def _run_each(tm: ThreatModel, session: Session, names: tuple[str, ...], options
     return runs, skipped
 
 
+def _all_in_class(counts: torch.Tensor, cls: int, sub: Session, seconds: float) -> tuple:
+    """A run (as ``_run_each`` gives) named "one class" that puts every one of ``counts``' samples on class ``cls``."""
+    one = torch.zeros_like(counts)
+    one[cls] = int(counts.sum())
+    return "one class", LabelResult(one.double(), one), sub, seconds
+
+
 def ensemble_counts(vectors: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """The mean of integer count vectors (float) and its projection onto integers summing to their (common) total
     (``integer_counts``: largest fractional parts)."""
@@ -276,10 +283,8 @@ class Auto(LabelMethod):
                 extra = {"bn_count_counts": counts.tolist()}
                 top = int(torch.argmax(counts))
                 if float(gb[top]) < 0:  # both channels name the same single class: the whole batch is that class
-                    one = torch.zeros_like(counts)
-                    one[top] = int(counts.sum())
-                    return self._routed(("one class", LabelResult(one.double(), one), runs[0][2], 0.0),
-                                        "hybrid, one class", spread, negative, extra)
+                    return self._routed(_all_in_class(counts, top, runs[0][2], 0.0), "hybrid, one class", spread,
+                                        negative, extra)
         if 0 < negative <= FEW_CLASSES:
             method, strategy = "llg", "hybrid, few classes"
         elif negative >= MANY_CLASSES and trained:
@@ -303,7 +308,7 @@ class Auto(LabelMethod):
         benchmark's single-class cells of B >= 16, HFGI 100); where a second class hides behind the one negative
         entry, HFGI finds it more often than LLG (docs/results/labels.md, "One class without BN buffers"). The route
         and LLG's and HFGI's counts, or None where they do not agree on one class."""
-        name, result, sub, seconds = llg
+        _, result, sub, seconds = llg
         counts = result.counts_int
         top = int(torch.argmin(gb))
         if int(torch.argmax(counts)) != top or float(counts[top]) < ONE_CLASS_SHARE * float(counts.sum()):
@@ -311,10 +316,8 @@ class Auto(LabelMethod):
         runs, _ = _run_each(tm, session, ("hfgi",))
         if not runs or int(runs[0][1].counts_int[top]) != int(counts.sum()):
             return None
-        one = torch.zeros_like(counts)
-        one[top] = int(counts.sum())
         extra = {"llg_counts": counts.tolist(), "hfgi_counts": runs[0][1].counts_int.tolist()}
-        return ("one class", LabelResult(one.double(), one), sub, seconds + runs[0][3]), extra
+        return _all_in_class(counts, top, sub, seconds + runs[0][3]), extra
 
     def _routed(self, run, strategy: str, spread: float | None, negative: int, extra: dict) -> LabelResult:
         name, result, sub, _ = run
