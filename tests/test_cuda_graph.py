@@ -8,6 +8,7 @@ import dataclasses
 
 import pytest
 import torch
+from torch.overrides import TorchFunctionMode
 
 from fedaudit.attacks import cuda_graph
 from fedaudit.attacks.loop import optimize
@@ -154,13 +155,45 @@ def test_cli_refuses_cuda_graph_on_without_cuda(cli, tmp_path):
     assert '"cuda_graph": "off"' in report and '"reason": "--cuda-graph off"' in report
 
 
+def test_a_captured_iteration_makes_no_tensor_from_host_values(monkeypatch):
+    """A CUDA capture may not copy host memory to the device: the replayed body must not build tensors from Python
+    values (the input normalisation once did, every call, and no capture succeeded on a GPU)."""
+    made = []
+
+    class Log(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if getattr(func, "__name__", "") in ("tensor", "as_tensor", "from_numpy"):
+                made.append(func.__name__)
+            return func(*args, **(kwargs or {}))
+
+    replay = cuda_graph._Emulated.replay
+
+    def logged(self):
+        with Log():
+            replay(self)
+
+    monkeypatch.setattr(cuda_graph._Emulated, "replay", logged)
+    result = _run("emulate", iterations=8, options=UNSIGNED)
+    assert result.cuda_graph["captured"] and not made, made
+
+
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("name,attack,restarts,restart_batch", [("lenet_b1", "ig", 1, 1), ("lenet_b4", "ig", 3, 1),
-                                                                 ("resnet10_b4", "ig", 2, 0), ("lenet_b1", "fedleak", 1, 1)])
-def test_graph_replay_equals_eager_on_cuda(name, attack, restarts, restart_batch):
-    """The real capture: the same seeds give the eager run's images to float tolerance."""
-    eager = _run("off", name, attack, restarts, 60, restart_batch, device="cuda", options=UNSIGNED)
-    graphed = _run("on", name, attack, restarts, 60, restart_batch, device="cuda", options=UNSIGNED)
+@pytest.mark.parametrize("name,attack,restarts,restart_batch,iterations,spread", [
+    ("lenet_b1", "ig", 1, 1, 60, None), ("lenet_b4", "ig", 3, 1, 60, None), ("resnet10_b4", "ig", 2, 0, 12, 0.05),
+    ("lenet_b1", "fedleak", 1, 1, 12, None)])
+def test_graph_replay_equals_eager_on_cuda(name, attack, restarts, restart_batch, iterations, spread):
+    """The real capture: the same seeds give the eager run's images to float tolerance. FedLeak's top-k masks turn
+    last-bit differences into other trajectories over tens of iterations (on an H200 at 60 iterations the distances
+    were 1.2% apart, two eager runs 0.2%), so it checks 12 iterations: 3 eager warm-up ones, the capture and 8
+    replays. The BN ResNet's batched restarts are not repeatable on a GPU even eagerly (two eager runs of 60
+    iterations: distances 0.483 and 0.465, mean |image difference| 0.18; docs/results/throughput.md): there the
+    graphed run's distance must be within ``spread`` of the eager one's (12 iterations: 0.6101 against 0.6066), a
+    replay that did not step would stay near the start."""
+    eager = _run("off", name, attack, restarts, iterations, restart_batch, device="cuda", options=UNSIGNED)
+    graphed = _run("on", name, attack, restarts, iterations, restart_batch, device="cuda", options=UNSIGNED)
     assert graphed.cuda_graph["captured"], graphed.cuda_graph
+    if spread is not None:
+        assert graphed.distance == pytest.approx(eager.distance, rel=spread)
+        return
     _same(eager, graphed)

@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from fedaudit.models.registry import ModelSpec
 
 
+@functools.lru_cache(maxsize=64)
+def _constant(values: tuple[float, ...], channels: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """The [1, C, 1, 1] tensor of ``values``, made once per dtype and device: a CUDA graph's capture may not copy
+    from the host, and an attack's iteration normalises every time (fedaudit/attacks/cuda_graph.py)."""
+    with torch.inference_mode(False):  # a normal tensor even if first made under inference mode (autograd saves it)
+        return torch.tensor(values, dtype=dtype, device=device).expand(channels).reshape(1, channels, 1, 1)
+
+
 def _per_channel(values, channels: int, like: torch.Tensor) -> torch.Tensor:
-    t = torch.as_tensor(values, dtype=like.dtype, device=like.device)
-    return t.expand(channels).reshape(1, channels, 1, 1)
+    return _constant(tuple(float(v) for v in values), channels, like.dtype, like.device)
 
 
 def normalize(x01: torch.Tensor, spec: ModelSpec) -> torch.Tensor:
