@@ -17,6 +17,7 @@ iteration, LeNet B = 1 <= 1 ms, 8 restarts <= 1.5x one. Writes benchmarks/result
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -41,6 +42,36 @@ def run(tm, labels, attack, iterations, mode, restarts=1, seed=0):
     result = job.optimize(built, labels)
     torch.cuda.synchronize()
     return time.perf_counter() - t0, result
+
+
+def table(rows: list[dict], restart_rows: list[dict], device: str) -> str:
+    lines = [device, "", "| attack | case | iterations | eager ms/iter | graph ms/iter | speedup | PSNR eager | PSNR graph |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        ps = lambda v: f"{statistics.mean(v['psnr']):.2f}"  # noqa: E731
+        lines.append(f"| {r['attack']} | {r['arch']} B = {r['B']} | {r['iterations']} | {r['off']['s_per_iter'] * 1e3:.2f} | "
+                     f"{r['on']['s_per_iter'] * 1e3:.2f} | {r['speedup']:.1f}x | {ps(r['off'])} | {ps(r['on'])} |")
+    lines += ["", "| case | iterations | 1 restart | 8 restarts | 32 restarts |", "|---|---|---|---|---|"]
+    for r in restart_rows:
+        s, x1 = r["seconds"], r["x_one"]
+        lines.append(f"| ig {r['arch']} B = {r['B']} | {r['iterations']} | {s['1']:.2f} s | {s['8']:.2f} s ({x1['8']:.2f}x) | "
+                     f"{s['32']:.2f} s ({x1['32']:.2f}x) |")
+    return "\n".join(lines) + "\n"
+
+
+def save(args, rows: list[dict], restart_rows: list[dict], final: bool = False) -> None:
+    """OUT/cuda_graph.{json,md} (``--restarts-only``: cuda_graph_restarts.*) with the rows so far; the final save
+    also prints the table."""
+    name = "cuda_graph_restarts" if args.restarts_only else "cuda_graph"
+    device = f"{torch.cuda.get_device_name()}, torch {torch.__version__}"
+    doc = {"rows": rows, "restarts": restart_rows, "device": torch.cuda.get_device_name(), "torch": torch.__version__,
+           "complete": final}
+    if final:
+        write_results(args.out, name, doc, table(rows, restart_rows, device))
+        return
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"{name}.json").write_text(json.dumps(doc, indent=1))
+    (args.out / f"{name}.md").write_text(table(rows, restart_rows, device))
 
 
 def main(argv=None) -> int:
@@ -74,6 +105,7 @@ def main(argv=None) -> int:
             row[mode] = {"s_per_iter": statistics.median(t for t, _ in v), "all": [t for t, _ in v], "psnr": [p for _, p in v]}
         row["speedup"] = row["off"]["s_per_iter"] / row["on"]["s_per_iter"]
         rows.append(row)
+        save(args, rows, [])  # a run stopped by a time limit keeps the rows it finished
     restart_rows = []
     for arch, b, iterations in RESTARTS[:1] if args.quick else RESTARTS:
         spec, model, x, labels, tm = cifar_update(arch, b)
@@ -88,21 +120,8 @@ def main(argv=None) -> int:
                              "seconds": {str(k): statistics.median(v) for k, v in times.items()},
                              "all": {str(k): v for k, v in times.items()},
                              "x_one": {str(k): statistics.median(v) / one for k, v in times.items()}})
-    lines = [f"{torch.cuda.get_device_name()}, torch {torch.__version__}", "",
-             "| attack | case | iterations | eager ms/iter | graph ms/iter | speedup | PSNR eager | PSNR graph |",
-             "|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        ps = lambda v: f"{statistics.mean(v['psnr']):.2f}"  # noqa: E731
-        lines.append(f"| {r['attack']} | {r['arch']} B = {r['B']} | {r['iterations']} | {r['off']['s_per_iter'] * 1e3:.2f} | "
-                     f"{r['on']['s_per_iter'] * 1e3:.2f} | {r['speedup']:.1f}x | {ps(r['off'])} | {ps(r['on'])} |")
-    lines += ["", "| case | iterations | 1 restart | 8 restarts | 32 restarts |", "|---|---|---|---|---|"]
-    for r in restart_rows:
-        s, x1 = r["seconds"], r["x_one"]
-        lines.append(f"| ig {r['arch']} B = {r['B']} | {r['iterations']} | {s['1']:.2f} s | {s['8']:.2f} s ({x1['8']:.2f}x) | "
-                     f"{s['32']:.2f} s ({x1['32']:.2f}x) |")
-    name = "cuda_graph_restarts" if args.restarts_only else "cuda_graph"
-    write_results(args.out, name, {"rows": rows, "restarts": restart_rows, "device": torch.cuda.get_device_name(),
-                                           "torch": torch.__version__}, "\n".join(lines) + "\n")
+        save(args, rows, restart_rows)
+    save(args, rows, restart_rows, final=True)
     return 0
 
 
