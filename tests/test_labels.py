@@ -238,13 +238,18 @@ def test_auto_routes_a_trained_model_to_llg(tmp_path):
     best = min(ev.diagnostics["candidates"], key=lambda c: c["score"])
     assert ev.counts_int.tolist() == best["counts"] and ev.diagnostics["score"] == best["score"]
     # the default (hybrid) uses it there unless the output bias gradient shows at most two classes (then LLG, or all
-    # four on one class where one entry is negative and LLG agrees); which depends on how sure the trained model is of
-    # these four digits (a sure sample's entry is near 0, either sign)
+    # four on one class where one entry is negative and LLG agrees) or three (bias-count or LLG by the share of the
+    # batch bias-count puts on the positive entries); which depends on how sure the trained model is of these four
+    # digits (a sure sample's entry is near 0, either sign)
     r = _plain("auto", trained, aux)
-    few = int((trained.final_bias_grad < 0).sum()) <= 2
-    if few:
+    negative = int((trained.final_bias_grad < 0).sum())
+    if negative <= 2:
         assert (r.diagnostics["strategy"], r.diagnostics["chosen"]) in {("hybrid, few classes", "llg"),
                                                                         ("hybrid, one class", "one class")}
+    elif negative == 3:
+        share = r.diagnostics["bias_count_share_on_positive"]
+        assert (r.diagnostics["strategy"], r.diagnostics["chosen"]) == \
+            (("hybrid, mostly invisible", "bias-count") if share > 0.6 else ("hybrid, three classes", "llg"))
     else:
         assert r.diagnostics["strategy"] == "evidence" and r.counts_int.tolist() == ev.counts_int.tolist()
 
