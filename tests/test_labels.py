@@ -204,7 +204,7 @@ def test_auto_chooses_and_says_so(name, chosen):
         assert set(scores) == {"bias-count", "zlg", "ilrg"} and r.diagnostics["chosen"] == expected
 
 
-def test_auto_routes_a_trained_model_to_llg(tmp_path):
+def test_auto_routes_a_trained_model_to_llg(tmp_path, monkeypatch):
     """A trained model's softmax depends on its input (spread >= 0.3): auto prefers LLG."""
     import torch.nn.functional as F
 
@@ -250,6 +250,14 @@ def test_auto_routes_a_trained_model_to_llg(tmp_path):
         share = r.diagnostics["bias_count_share_on_positive"]
         assert (r.diagnostics["strategy"], r.diagnostics["chosen"]) == \
             (("hybrid, mostly invisible", "bias-count") if share > 0.6 else ("hybrid, three classes", "llg"))
+        # the other side of the threshold takes the other method's counts
+        from fedaudit.labels import auto
+
+        monkeypatch.setattr(auto, "INVISIBLE_SHARE", share - 0.01 if share <= 0.6 else share + 0.01)
+        other = _plain("auto", trained, aux)
+        method = "bias-count" if share <= 0.6 else "llg"
+        assert other.diagnostics["chosen"] == method
+        assert other.counts_int.tolist() == _plain(method, trained, aux).counts_int.tolist()
     else:
         assert r.diagnostics["strategy"] == "evidence" and r.counts_int.tolist() == ev.counts_int.tolist()
 
