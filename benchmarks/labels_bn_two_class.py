@@ -23,17 +23,15 @@ from pathlib import Path
 import torch
 
 from benchmarks.common import RESULTS, threat_model
-from benchmarks.labels import FEDSGD_MODELS, data, make_model, run_methods, train
+from benchmarks.labels import FEDSGD_MODELS, GRADIENT_MODELS, data, make_model, run_methods, train
 from benchmarks.labels_fedavg import victims
 from fedaudit.client.capture import CaptureConfig
 from fedaudit.jobs import Aux
 
-MODELS = ("lenet", "lenet-torch", "convnet", "resnet10")  # keys of benchmarks.labels.FEDSGD_MODELS
-
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", default="convnet", help=f"comma list of {', '.join(MODELS)}")
+    ap.add_argument("--models", default="convnet", help=f"comma list of {', '.join(GRADIENT_MODELS)}")
     ap.add_argument("--no-buffers", action="store_true", help="gradient uploads without the BN buffers")
     ap.add_argument("--trials", type=int, default=4)
     ap.add_argument("--out", type=Path, default=RESULTS, help="the folder for the results")
@@ -44,8 +42,8 @@ def main(argv=None) -> int:
     methods = ["llg", "rlu", "hfgi", "auto"] if args.no_buffers else ["bn-count", "llg", "rlu", "hfgi", "auto"]
     rows = []
     for key in args.models.split(","):
-        if key not in MODELS:
-            ap.error(f"--models: {key!r} is not one of {', '.join(MODELS)}")
+        if key not in GRADIENT_MODELS:
+            ap.error(f"--models: {key!r} is not one of {', '.join(GRADIENT_MODELS)}")
         label, arch, kwargs, _, epochs = FEDSGD_MODELS[key]
         spec, init = make_model(arch, kwargs)
         model = train(init, spec, train_xy, epochs)

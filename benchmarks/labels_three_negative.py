@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.common import RESULTS, threat_model
-from benchmarks.labels import FEDSGD_MODELS, batch_indices, data, make_model, train
+from benchmarks.labels import FEDSGD_MODELS, GRADIENT_MODELS, batch_indices, data, make_model, train
 from fedaudit.client.capture import CaptureConfig
 from fedaudit.jobs import Aux, LabelJob, Session
 from fedaudit.labels.auto import INVISIBLE_SHARE
@@ -51,9 +51,9 @@ def rows_for(key: str, trials: int, train_xy, aux: Aux, pool) -> list[dict]:
                     truth = counts(py[idx], 10)
                     found = {m: LabelJob(Session(seed=t, aux=aux), tm, *(("auto", {"strategy": "evidence"}) if m == "evidence"
                                                                           else (m, {}))).result() for m in METHODS}
-                    bc = found["bias-count"].counts_int
                     row.update({"InsAcc": {m: label_metrics(r.counts_int, truth)["InsAcc"] for m, r in found.items()},
-                                "share": float(bc[gb > 0].sum()) / b, "auto_route": found["auto"].diagnostics["strategy"]})
+                                "share": found["auto"].diagnostics["bias_count_share_on_positive"],  # what auto routed by
+                                "auto_route": found["auto"].diagnostics["strategy"]})
                 rows.append(row)
     return rows
 
@@ -75,7 +75,7 @@ def summary(rows: list[dict]) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", default="lenet,lenet-torch,convnet,resnet10", help="keys of benchmarks.labels.FEDSGD_MODELS")
+    ap.add_argument("--models", default=",".join(GRADIENT_MODELS), help="keys of benchmarks.labels.FEDSGD_MODELS")
     ap.add_argument("--trials", type=int, default=12)
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)

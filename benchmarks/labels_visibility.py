@@ -32,10 +32,9 @@ from pathlib import Path
 import torch
 
 from benchmarks.common import RESULTS, write_results
-from benchmarks.labels import FEDSGD_MODELS, accuracy, batch_indices, data, make_model, train
+from benchmarks.labels import FEDSGD_MODELS, GRADIENT_MODELS, accuracy, batch_indices, data, make_model, train
 from fedaudit.models.normalize import normalize
 
-MODELS = ("lenet", "lenet-torch", "convnet", "resnet10")  # keys of benchmarks.labels.FEDSGD_MODELS
 TAUS = (1e-1, 1e-2, 1e-3, 1e-4)
 SIZES = (8, 16, 32, 64)
 DISTS = ["random", "repeated", "single"]  # benchmarks.labels' order: its seeds depend on the index
@@ -140,7 +139,7 @@ def main(argv=None) -> int:
     epoch_scale = round(3500 / len(train_xy[1]))
     stored = stored_scores(args.out / "labels.json")
     rows = []
-    for label, arch, kwargs, _, epochs in (FEDSGD_MODELS[k] for k in MODELS):
+    for label, arch, kwargs, _, epochs in (FEDSGD_MODELS[k] for k in GRADIENT_MODELS):
         spec, init_model = make_model(arch, kwargs)
         net = train(init_model, spec, train_xy, epochs * epoch_scale)
         train_bn, acc = arch != "lenet", accuracy(net, spec, (px, py))

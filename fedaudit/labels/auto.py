@@ -302,7 +302,7 @@ class Auto(LabelMethod):
         elif negative >= MANY_CLASSES and trained:
             method, strategy = "bias-count", "hybrid, many classes"
         elif negative == FEW_CLASSES + 1 and trained and tm.meta.local_steps == 1:
-            return self._by_invisible_share(tm, session, spread, gb, extra)
+            return self._by_invisible_share(tm, session, spread, gb, negative, extra)
         else:
             return None
         runs, _ = _run_each(tm, session, (method,))
@@ -315,7 +315,7 @@ class Auto(LabelMethod):
         return self._routed(runs[0], strategy, spread, negative, extra)
 
     def _by_invisible_share(self, tm: ThreatModel, session: Session, spread: float | None, gb: torch.Tensor,
-                            extra: dict) -> LabelResult | None:
+                            negative: int, extra: dict) -> LabelResult | None:
         """A trained-like model's one-step update with FEW_CLASSES + 1 negative output-bias entries: bias-count where it
         puts more than INVISIBLE_SHARE of the batch on the classes with a positive entry (a batch of many classes
         whose sure samples hide their error mass), else LLG (a batch of about three classes)."""
@@ -326,11 +326,11 @@ class Auto(LabelMethod):
         share = float(counts[gb > 0].sum()) / max(float(counts.sum()), 1.0)
         extra = {**extra, "bias_count_share_on_positive": share}
         if share > INVISIBLE_SHARE:
-            return self._routed(runs[0], "hybrid, mostly invisible", spread, FEW_CLASSES + 1, extra)
+            return self._routed(runs[0], "hybrid, mostly invisible", spread, negative, extra)
         llg, _ = _run_each(tm, session, ("llg",))
         if not llg:
             return None
-        return self._routed(llg[0], "hybrid, three classes", spread, FEW_CLASSES + 1, extra)
+        return self._routed(llg[0], "hybrid, three classes", spread, negative, extra)
 
     @staticmethod
     def _one_class(tm: ThreatModel, session: Session, llg, gb: torch.Tensor) -> tuple[tuple, dict] | None:
