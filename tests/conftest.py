@@ -22,6 +22,7 @@ from fedaudit.io.checkpoint import save_checkpoint  # noqa: E402
 from fedaudit.models import build_model  # noqa: E402
 
 from .helpers import CIFAR_SPEC, Cli  # noqa: E402
+from .mnist_lenet import digit_split, trained_lenet  # noqa: E402
 
 
 @pytest.fixture
@@ -32,6 +33,20 @@ def cli() -> Cli:
 @pytest.fixture(scope="session")
 def cifar():
     return cifar10_samples()
+
+
+@pytest.fixture(scope="session")
+def digits():
+    """Victim pool (4,000 MNIST digits of a seeded shuffle) and 50 aux digits per class from the rest, never both."""
+    return digit_split()
+
+
+@pytest.fixture(scope="session")
+def sure_lenet(digits):
+    """A DLG LeNet trained 4 epochs at lr 3e-3 on digits the victims never are: trained-like outputs (softmax spread
+    >= 0.3). Shared by the label tests; none of them changes it."""
+    x, y, _ = digits
+    return trained_lenet(x, y, lr=3e-3, epochs=4)
 
 
 @pytest.fixture

@@ -9,10 +9,10 @@ from fedaudit.jobs import LabelJob, Session
 from fedaudit.labels import LABEL_METHODS
 
 from .helpers import insacc
-from .test_rlu import _tm, digits  # noqa: F401  (the module's digits fixture: victims and 500 aux digits)
+from .mnist_lenet import server_view as _tm
 
 
-def test_client_fit_beats_rlu_on_momentum_clients_of_an_untrained_lenet(digits):  # noqa: F811
+def test_client_fit_beats_rlu_on_momentum_clients_of_an_untrained_lenet(digits):
     """K = 6 heavy-ball steps (momentum 0.9, lr 0.01, B = 8) of an untrained DLG LeNet: the model moves fast and not
     along a straight line, so RLU's path is wrong; the fitted simulation follows it (DLG LeNet probe, K = 10:
     +22 points over RLU at momentum 0.9, docs/results/labels.md, "client-fit")."""
@@ -32,7 +32,7 @@ def test_client_fit_beats_rlu_on_momentum_clients_of_an_untrained_lenet(digits):
     assert sum(fitted) >= sum(rlu) + 0.25, (fitted, rlu)  # 1.88 against 1.44 when written
 
 
-def test_client_fit_options_and_a_one_step_gradient(digits):  # noqa: F811
+def test_client_fit_options_and_a_one_step_gradient(digits):
     """A one-step gradient upload (no learning rate) is fitted as the gradient itself; ``--mix shared`` fits one mix
     for every step; a class without aux images gets no samples and a warning."""
     x, y, aux = digits
@@ -48,7 +48,7 @@ def test_client_fit_options_and_a_one_step_gradient(digits):  # noqa: F811
     assert any("classes [5]" in w for w in r.warnings)
 
 
-def test_client_fit_says_when_it_cannot_apply(digits):  # noqa: F811
+def test_client_fit_says_when_it_cannot_apply(digits):
     """Unlabelled aux images cannot be sorted into the simulated batches' classes."""
     x, y, aux = digits
     tm = _tm(x[:8], y[:8], CaptureConfig(batch_size=8, bn_mode="eval"))
@@ -56,7 +56,7 @@ def test_client_fit_says_when_it_cannot_apply(digits):  # noqa: F811
     assert why and "labelled" in why[0]
 
 
-def test_auto_keeps_the_earlier_route_on_a_model_too_large_for_client_fit(digits, monkeypatch):  # noqa: F811
+def test_auto_keeps_the_earlier_route_on_a_model_too_large_for_client_fit(digits, monkeypatch):
     """Above CLIENT_FIT_MAX_PARAMETERS (its unrolled simulation's time and memory are not measured there) `auto`
     returns RLU where its least squares fits the delta, else the ensemble, and does not run client-fit."""
     from fedaudit.labels import auto

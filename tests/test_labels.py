@@ -240,7 +240,11 @@ def test_auto_routes_a_trained_model_to_llg(tmp_path, monkeypatch):
     # the default (hybrid) uses it there unless the output bias gradient shows at most two classes (then LLG, or all
     # four on one class where one entry is negative and LLG agrees) or three (bias-count or LLG by the share of the
     # batch bias-count puts on the positive entries); which depends on how sure the trained model is of these four
-    # digits (a sure sample's entry is near 0, either sign)
+    # digits (a sure sample's entry is near 0, either sign). Those routes come after sample-split's, which takes a
+    # batch this small (B < C; tests/test_sample_split.py) and is switched off here
+    from fedaudit.labels import auto
+
+    monkeypatch.setattr(auto.Auto, "_by_sample_split", lambda *args: None)
     r = _plain("auto", trained, aux)
     negative = int((trained.final_bias_grad < 0).sum())
     if negative <= 2:
@@ -251,8 +255,6 @@ def test_auto_routes_a_trained_model_to_llg(tmp_path, monkeypatch):
         assert (r.diagnostics["strategy"], r.diagnostics["chosen"]) == \
             (("hybrid, mostly invisible", "bias-count") if share > 0.6 else ("hybrid, three classes", "llg"))
         # the other side of the threshold takes the other method's counts
-        from fedaudit.labels import auto
-
         monkeypatch.setattr(auto, "INVISIBLE_SHARE", share - 0.01 if share <= 0.6 else share + 0.01)
         other = _plain("auto", trained, aux)
         method = "bias-count" if share <= 0.6 else "llg"

@@ -22,49 +22,9 @@ from fedaudit.models.normalize import normalize
 from fedaudit.threat_model import ThreatModel
 
 from .helpers import assert_one_error_line, insacc, sample
-
-SPEC = ModelSpec("lenet", 10, (1, 32, 32), MNIST_MEAN, MNIST_STD, {})  # DLG's LeNet: sigmoid, U(-0.5, 0.5) init
-
-
-@pytest.fixture(scope="module")
-def digits():
-    """Victim pool (4,000 digits of a seeded shuffle) and 50 aux digits per class from the rest, never both."""
-    x, y = mnist_digits(pad_to=32)
-    perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(0))
-    x, y = x[perm], y[perm]
-    rest = torch.arange(4000, len(y))
-    aux_idx = torch.cat([rest[y[rest] == c][:50] for c in range(10)])
-    return x[:4000], y[:4000], Aux(x[aux_idx], y[aux_idx], "images")
-
-
-def _tm(x, y, cfg, seed=0, model=None):
-    """The server's view of ``model``'s update on (x, y); without a model, a fresh DLG LeNet from ``seed``."""
-    if model is None:
-        torch.manual_seed(seed)
-        model = build_model(SPEC)
-    cap = capture_update(model, SPEC, x, y, cfg)
-    return ThreatModel.from_tensors(Checkpoint.in_memory(SPEC, model), cap.tensors, cap.meta)
-
-
-@pytest.fixture(scope="module")
-def sure_lenet(digits):
-    """The DLG LeNet of ``_trained`` after 4 epochs at lr 3e-3: trained-like outputs (softmax spread >= 0.3)."""
-    x, y, _ = digits
-    return _trained(x, y, lr=3e-3, epochs=4)
-
-
-def _trained(x, y, lr: float, epochs: int):
-    """A DLG LeNet (seed 0) trained with Adam on digits 2000-3999, which the victims (drawn from 0-1999) never are."""
-    torch.manual_seed(0)
-    model = build_model(SPEC)
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    for _ in range(epochs):
-        for i in range(2000, 4000, 64):
-            opt.zero_grad()
-            torch.nn.functional.cross_entropy(model(normalize(x[i:i + 64], SPEC)), y[i:i + 64]).backward()
-            opt.step()
-    return model.eval()
-
+from .mnist_lenet import SPEC
+from .mnist_lenet import server_view as _tm
+from .mnist_lenet import trained_lenet as _trained
 
 
 def test_rlu_is_exact_on_an_untrained_lenet_batch_with_repeats(digits):

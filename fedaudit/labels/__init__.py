@@ -18,6 +18,7 @@ from fedaudit.labels import (  # noqa: E402,F401
     llg,
     llg_plus,
     rlu,
+    sample_split,
     yin,
     zlg,
 )

@@ -1,0 +1,64 @@
+"""sample-split: a small batch's output-layer update split into one label per sample, where count methods miss on a
+trained model; when it cannot apply; and ``auto``'s route to it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from fedaudit.client.capture import CaptureConfig
+from fedaudit.jobs import LabelJob, Session
+from fedaudit.labels import LABEL_METHODS
+from fedaudit.labels.sample_split import SampleSplit
+
+from .mnist_lenet import server_view
+
+LIGHT = {"restarts": 16, "steps": 500, "refine-steps": 300}  # a tenth of the default search: enough at B = 6
+
+
+@pytest.fixture
+def sure(digits, sure_lenet):
+    """Victims, aux digits and the trained DLG LeNet of conftest (softmax spread >= 0.3)."""
+    x, y, aux = digits
+    return x, y, aux, sure_lenet
+
+
+def _batch(sure, seed: int, b: int = 6, **cfg):
+    x, y, aux, model = sure
+    idx = torch.randperm(2000, generator=torch.Generator().manual_seed(70 + seed))[:b]
+    tm = server_view(x[idx], y[idx], CaptureConfig(batch_size=b, bn_mode="eval", **cfg), model=model)
+    return tm, torch.bincount(y[idx], minlength=10), aux
+
+
+def test_sample_split_counts_each_sample_where_the_class_masses_do_not(sure):
+    """Random batches of 6 on a trained LeNet: the split is exact and its fit reaches the float32 noise of the update;
+    LLG and bias-count, which read per-class error masses, miss 2 of 6 on both (when written)."""
+    for seed in (0, 1):
+        tm, truth, aux = _batch(sure, seed)
+        r = LabelJob(Session(aux=aux), tm, "sample-split", LIGHT).result()
+        assert r.counts_int.tolist() == truth.tolist(), seed
+        assert r.diagnostics["fit"] < 1e-3 and r.diagnostics["bounds"] == [0.0, 1.0]  # sigmoid features
+        for other in ("llg", "bias-count"):
+            missed = int((LabelJob(Session(aux=aux), tm, other).result().counts_int - truth).clamp_min(0).sum())
+            assert missed >= 1, (seed, other)
+
+
+def test_sample_split_says_why_it_cannot_apply(sure):
+    tm, _, aux = _batch(sure, 0, b=10)
+    assert "smaller than the 10 classes" in LABEL_METHODS.get("sample-split").why_not(tm, Session(aux=aux))[0]
+    tm, _, aux = _batch(sure, 0, b=4, local_steps=2, lr=0.05, kind="delta")
+    assert "one-step" in " ".join(LABEL_METHODS.get("sample-split").why_not(tm, Session(aux=aux)))
+    tm, _, _ = _batch(sure, 0)
+    assert "auxiliary images" in " ".join(LABEL_METHODS.get("sample-split").why_not(tm, Session()))
+
+
+def test_auto_sends_a_trained_models_small_batch_to_sample_split(sure, monkeypatch):
+    """The route (the split's search itself is the test above's; here at its light settings, for time)."""
+    light = tuple(dataclasses.replace(o, default=LIGHT.get(o.name, o.default)) for o in SampleSplit.options)
+    monkeypatch.setattr(SampleSplit, "options", light)
+    tm, truth, aux = _batch(sure, 0)
+    r = LabelJob(Session(aux=aux), tm, "auto").result()
+    assert r.diagnostics["strategy"] == "hybrid, sample split" and r.diagnostics["chosen"] == "sample-split"
+    assert r.counts_int.tolist() == truth.tolist()
