@@ -123,6 +123,12 @@ def _batch_statistics(tm: ThreatModel) -> bool:
     return tm.train_bn and tm.has_batchnorm
 
 
+def _negative_entries(tm: ThreatModel) -> int:
+    """How many output-bias-gradient entries are negative (0 where the update has no bias gradient)."""
+    gb = tm.final_bias_grad
+    return int((gb < 0).sum()) if gb is not None else 0
+
+
 def _run_each(tm: ThreatModel, session: Session, names: tuple[str, ...], options: dict | None = None):
     """Run every applicable method of ``names`` (``options``: {name: that method's options}): [(name, result, session
     it ran with, seconds)] and {name: why not}."""
@@ -351,9 +357,7 @@ class Auto(LabelMethod):
         if fit > SPLIT_MAX_FIT:
             notes["sample_split"] = {"fit": fit, "counts": runs[0][1].counts_int.tolist(), "kept": False}
             return None
-        gb = tm.final_bias_grad
-        negative = int((gb < 0).sum()) if gb is not None else 0
-        return self._routed(runs[0], "hybrid, sample split", spread, negative, {})
+        return self._routed(runs[0], "hybrid, sample split", spread, _negative_entries(tm), {})
 
     def _by_invisible_share(self, tm: ThreatModel, session: Session, spread: float | None, gb: torch.Tensor,
                             negative: int, extra: dict) -> LabelResult | None:
@@ -411,7 +415,7 @@ class Auto(LabelMethod):
         runs, skipped = _run_each(tm, session, ENSEMBLE)
         ensemble = self._ensemble_of(runs, skipped, spread)
         rlu = next((run for run in runs if run[0] == "rlu"), None)
-        negative = int((tm.final_bias_grad < 0).sum()) if tm.final_bias_grad is not None else 0
+        negative = _negative_entries(tm)
         candidates = [{"method": n, "counts": r.counts_int.tolist(), "seconds": round(t, 3)} for n, r, _, t in runs]
         extra = {"ensemble_counts": ensemble.counts_int.tolist() if ensemble is not None else None,
                  "rlu_residual": float(rlu[1].diagnostics["residual"]) if rlu is not None else None,

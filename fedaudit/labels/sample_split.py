@@ -122,7 +122,6 @@ class SampleSplit(LabelMethod):
         return reasons
 
     def run(self, tm: ThreatModel, session: Session) -> LabelResult:
-        self.check_applicable(tm, session)
         b, c = samples_in_update(tm), tm.spec.num_classes
         aux = self.aux_of(session)
         head = dict(tm.model.named_modules())[tm.final_layer]
