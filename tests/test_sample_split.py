@@ -32,6 +32,7 @@ def _batch(sure, seed: int, b: int = 6, **cfg):
     return tm, torch.bincount(y[idx], minlength=10), aux
 
 
+@pytest.mark.slow
 def test_sample_split_counts_each_sample_where_the_class_masses_do_not(sure):
     """Random batches of 6 on a trained LeNet: the split is exact and its fit reaches the float32 noise of the update;
     LLG and bias-count, which read per-class error masses, miss 2 of 6 on both (when written)."""
@@ -54,6 +55,7 @@ def test_sample_split_says_why_it_cannot_apply(sure):
     assert "auxiliary images" in " ".join(LABEL_METHODS.get("sample-split").why_not(tm, Session()))
 
 
+@pytest.mark.slow
 def test_auto_sends_a_trained_models_small_batch_to_sample_split(sure, monkeypatch):
     """The route (the split's search itself is the test above's; here at its light settings, for time)."""
     light = tuple(dataclasses.replace(o, default=LIGHT.get(o.name, o.default)) for o in SampleSplit.options)
