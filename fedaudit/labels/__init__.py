@@ -13,6 +13,7 @@ from fedaudit.labels import (  # noqa: E402,F401
     fedleak,
     gdbr,
     hfgi,
+    hidden_split,
     idlg,
     ilrg,
     llg,
