@@ -364,33 +364,34 @@ class Auto(LabelMethod):
         (docs/results/labels.md, "sample-split")."""
         if tm.meta.local_steps != 1 or not 1 < (tm.batch_size or 0) < tm.spec.num_classes:
             return None
-        runs, _ = _run_each(tm, session, ("sample-split",))
-        if not runs:
-            return None
-        fit = float(runs[0][1].diagnostics["fit"])
-        if fit > SPLIT_MAX_FIT:
-            notes["sample_split"] = {"fit": fit, "counts": runs[0][1].counts_int.tolist(), "kept": False}
-            return None
-        return self._routed(runs[0], "hybrid, sample split", spread, _negative_entries(tm), {})
+        return self._split_route(tm, session, spread, notes, "sample-split", "fit",
+                                 lambda fit: not fit > SPLIT_MAX_FIT)
 
     def _by_hidden_split(self, tm: ThreatModel, session: Session, spread: float | None,
                          notes: dict) -> LabelResult | None:
         """A one-step upload of a model with trained-like outputs and a hidden linear layer wider than the batch (ReLU
         inputs, ReLU/Linear layers after it), with aux images: hidden-split, which verifies samples one by one in that
         layer's update (exact labels, any B up to its width), for B <= HIDDEN_MAX_BATCH. Kept where it verified at
-        least HIDDEN_MIN_RESOLVED of the batch (the rest take the verified samples' class mix); else None and the routes below run, its counts
-        reported as ``hidden_split`` (docs/results/labels.md, "hidden-split")."""
-        if tm.meta.local_steps != 1 or not 2 <= (tm.batch_size or 0) <= HIDDEN_MAX_BATCH:
+        least HIDDEN_MIN_RESOLVED of the batch (the rest take the verified samples' class mix); else None and the
+        routes below run, its counts reported as ``hidden_split`` (docs/results/labels.md, "hidden-split")."""
+        b = tm.batch_size or 0
+        if tm.meta.local_steps != 1 or not 2 <= b <= HIDDEN_MAX_BATCH:
             return None
-        runs, _ = _run_each(tm, session, ("hidden-split",))
+        return self._split_route(tm, session, spread, notes, "hidden-split", "resolved",
+                                 lambda resolved: resolved >= HIDDEN_MIN_RESOLVED * b)
+
+    def _split_route(self, tm: ThreatModel, session: Session, spread: float | None, notes: dict, method: str,
+                     key: str, keep) -> LabelResult | None:
+        """Run a split method; its result is returned ("hybrid, <method without the dash>") where ``keep`` holds for
+        its ``key`` diagnostic, else that diagnostic and its counts are noted (``notes[<method>]``) and None."""
+        runs, _ = _run_each(tm, session, (method,))
         if not runs:
             return None
-        diag = runs[0][1].diagnostics
-        if diag["resolved"] < HIDDEN_MIN_RESOLVED * (tm.batch_size or 0):
-            notes["hidden_split"] = {"resolved": diag["resolved"], "counts": runs[0][1].counts_int.tolist(),
-                                     "kept": False}
+        value = runs[0][1].diagnostics[key]
+        if not keep(value):
+            notes[method.replace("-", "_")] = {key: value, "counts": runs[0][1].counts_int.tolist(), "kept": False}
             return None
-        return self._routed(runs[0], "hybrid, hidden split", spread, _negative_entries(tm), {})
+        return self._routed(runs[0], "hybrid, " + method.replace("-", " "), spread, _negative_entries(tm), {})
 
     def _by_invisible_share(self, tm: ThreatModel, session: Session, spread: float | None, gb: torch.Tensor,
                             negative: int, extra: dict) -> LabelResult | None:

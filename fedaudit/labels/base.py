@@ -87,6 +87,12 @@ def samples_in_update(tm: ThreatModel) -> int:
     return tm.batch_size * tm.meta.local_steps
 
 
+def affine_rows(a: torch.Tensor, last: torch.Tensor) -> torch.Tensor:
+    """Rows of coordinates ``a`` in an update's row space V moved along ``last`` (V's row for an appended 1: the
+    input of a layer with bias) so that each vector's appended coordinate is exactly 1 (sample-split, hidden-split)."""
+    return a + ((1 - a @ last) / (last @ last))[..., None] * last
+
+
 def integer_counts(raw: torch.Tensor, total: int) -> torch.Tensor:
     """Project float counts onto non-negative integers summing to ``total``.
 

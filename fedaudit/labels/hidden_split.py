@@ -51,9 +51,9 @@ from torch import nn
 
 from fedaudit.errors import NotApplicable
 from fedaudit.labels import LABEL_METHODS
-from fedaudit.labels.base import LabelMethod, LabelResult, integer_counts, samples_in_update
+from fedaudit.labels.base import LabelMethod, LabelResult, affine_rows, integer_counts, samples_in_update
 from fedaudit.methods import MethodOption
-from fedaudit.models.head import output_layer_io
+from fedaudit.models.head import forward_detached, output_layer_io
 from fedaudit.models.normalize import normalize
 from fedaudit.requirements import BATCH_SIZE, SINGLE_STEP
 from fedaudit.session import Session
@@ -76,15 +76,9 @@ def _leaf_order(model: nn.Module, sample: torch.Tensor, train_bn: bool) -> list[
     order: list[str] = []
     hooks = [m.register_forward_hook(lambda mod, i, o, name=name: order.append(name))
              for name, m in model.named_modules() if not list(m.children())]
-    was = model.training
-    state = {k: v.clone() for k, v in model.named_buffers()}
     try:
-        model.train(train_bn)
-        with torch.no_grad():
-            model(torch.cat([sample, sample]))  # two samples: a train-mode BatchNorm needs them
+        forward_detached(model, torch.cat([sample, sample]), train_bn)  # two samples: a train-mode BatchNorm needs them
     finally:
-        model.train(was)
-        model.load_state_dict(state, strict=False)
         for h in hooks:
             h.remove()
     return order
@@ -113,16 +107,9 @@ def split_layers(tm: ThreatModel, sample: torch.Tensor) -> list[tuple[str, list[
     return found
 
 
-class _Tail(nn.Module):
-    """The chain after the split layer, in float64."""
-
-    def __init__(self, modules: list[nn.Module]):
-        super().__init__()
-        self.chain = nn.Sequential(*[copy.deepcopy(m) for m in modules]).double()  # a copy: the model stays as it is
-        self.chain.requires_grad_(False)
-
-    def forward(self, z: torch.Tensor) -> torch.Tensor:
-        return self.chain(z)
+def _tail(modules: list[nn.Module]) -> nn.Module:
+    """The chain after the split layer, a float64 copy (the model stays as it is), without gradients."""
+    return nn.Sequential(*[copy.deepcopy(m) for m in modules]).double().requires_grad_(False)
 
 
 def _candidate_inputs(v: np.ndarray, patterns: np.ndarray, cap: float, gen: np.random.Generator) -> np.ndarray:
@@ -251,7 +238,7 @@ class HiddenSplit(LabelMethod):
         modules = dict(tm.model.named_modules())
         layer = modules[name]
         w_aug = torch.cat([layer.weight.detach(), layer.bias.detach()[:, None]], 1).double().cpu()
-        tail = _Tail([modules[n] for n in chain]).cpu()
+        tail = _tail([modules[n] for n in chain]).cpu()
         m = torch.cat([tm.shared_grad(f"{name}.weight").flatten(1), tm.shared_grad(f"{name}.bias")[:, None]],
                       1).double().cpu() * b  # (1): sum_n d_n x~_n^T
         x_aux, z_aux = (t.cpu() for t in output_layer_io(tm.model, tm.spec, name, aux.images, tm.train_bn,
@@ -335,9 +322,7 @@ class _Peel:
         candidate's coordinates in the peeled update's row space by Adam, from aux inputs projected onto it."""
         self.rounds += 1
         u, s, v, noise = self._basis()
-        a = starts @ v
-        a = a + ((1 - a @ v[-1]) / (v[-1] @ v[-1]))[:, None] * v[-1]
-        a = a.clone().requires_grad_(True)
+        a = affine_rows(starts @ v, v[-1]).requires_grad_(True)
         opt = torch.optim.Adam([a], lr=FIT_LR)
         for _ in range(steps):
             x = a @ v.T
@@ -346,7 +331,7 @@ class _Peel:
             torch.nan_to_num(score, nan=0.0).sum().backward()
             opt.step()
             with torch.no_grad():
-                a += ((1 - a @ v[-1]) / (v[-1] @ v[-1]))[:, None] * v[-1]
+                a.copy_(affine_rows(a, v[-1]))
         x = (a.detach() @ v.T)
         x[:, :-1] = x[:, :-1].clamp_min(0)
         return self._peel(x, u, s, v, noise)

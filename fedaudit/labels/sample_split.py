@@ -39,7 +39,7 @@ import torch
 
 from fedaudit.errors import NotApplicable
 from fedaudit.labels import LABEL_METHODS
-from fedaudit.labels.base import LabelMethod, LabelResult, samples_in_update
+from fedaudit.labels.base import LabelMethod, LabelResult, affine_rows, samples_in_update
 from fedaudit.labels.features import head_stats
 from fedaudit.methods import MethodOption
 from fedaudit.requirements import BATCH_SIZE, FINAL_BIAS_GRAD, FINAL_WEIGHT_GRAD, SINGLE_STEP
@@ -63,8 +63,7 @@ class _Split:
         self.eye = torch.eye(self.c, dtype=g.dtype)
 
     def affine(self, a: torch.Tensor) -> torch.Tensor:
-        """Rows moved along V[M] so that each feature's appended coordinate is exactly 1."""
-        return a + ((1 - a @ self.last) / (self.last @ self.last))[..., None] * self.last
+        return affine_rows(a, self.last)
 
     def loss(self, a: torch.Tensor, y: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         a = self.affine(a)

@@ -16,9 +16,9 @@ from fedaudit.models.registry import ModelSpec
 CHUNK = 256
 
 
-def _forward_head(model: nn.Module, head: nn.Module, x: torch.Tensor, train: bool):
-    captured: dict[str, torch.Tensor] = {}
-    hook = head.register_forward_hook(lambda m, inp, out: captured.update(h=inp[0].detach(), z=out.detach()))
+def forward_detached(model: nn.Module, x: torch.Tensor, train: bool) -> None:
+    """One forward pass in train or eval mode that changes nothing: no gradients, and train-mode BatchNorm updates
+    land on copies of the buffers. What it shows comes out through forward hooks the caller registers."""
     state: dict[str, torch.Tensor] = dict(model.named_parameters())
     state.update({k: v.clone() for k, v in model.named_buffers()})  # BN updates land on the copies
     was = model.training
@@ -28,6 +28,14 @@ def _forward_head(model: nn.Module, head: nn.Module, x: torch.Tensor, train: boo
             functional_call(model, state, (x,))
     finally:
         model.train(was)
+
+
+def _forward_head(model: nn.Module, head: nn.Module, x: torch.Tensor, train: bool):
+    captured: dict[str, torch.Tensor] = {}
+    hook = head.register_forward_hook(lambda m, inp, out: captured.update(h=inp[0].detach(), z=out.detach()))
+    try:
+        forward_detached(model, x, train)
+    finally:
         hook.remove()
     return captured["h"].flatten(1), captured["z"]
 
