@@ -245,6 +245,9 @@ def test_auto_routes_a_trained_model_to_llg(tmp_path, monkeypatch):
     from fedaudit.labels import auto
 
     monkeypatch.setattr(auto.Auto, "_by_sample_split", lambda *args: None)
+    # the shown-classes step after those routes is checked at the end (it is switched off until then)
+    shown_step = auto.Auto._by_shown_classes
+    monkeypatch.setattr(auto.Auto, "_by_shown_classes", lambda self, tm, session, spread, result: result)
     r = _plain("auto", trained, aux)
     negative = int((trained.final_bias_grad < 0).sum())
     if negative <= 2:
@@ -262,6 +265,17 @@ def test_auto_routes_a_trained_model_to_llg(tmp_path, monkeypatch):
         assert other.counts_int.tolist() == _plain(method, trained, aux).counts_int.tolist()
     else:
         assert r.diagnostics["strategy"] == "evidence" and r.counts_int.tolist() == ev.counts_int.tolist()
+    # the classes whose output-weight-gradient row has a negative entry are in the batch for certain (ReLU features):
+    # a batch of three classes shows at most three, and the counts are read on them only
+    monkeypatch.setattr(auto.Auto, "_by_shown_classes", shown_step)
+    monkeypatch.setattr(auto, "INVISIBLE_SHARE", 0.6)
+    r = _plain("auto", trained, aux)
+    shown = r.diagnostics["shown_classes"]["classes"]
+    assert shown and set(shown) <= {1, 4, 7} and r.diagnostics["strategy"] == "hybrid, few shown classes"
+    assert int(r.counts_int.sum()) == 4 and {c for c, n in enumerate(r.counts_int.tolist()) if n} == set(shown)
+    for member in r.diagnostics["candidates"]:  # each member's counts, projected onto the shown classes
+        assert sum(member["projected"]) == 4 and all(member["projected"][c] >= 1 for c in shown)
+        assert all(n == 0 for c, n in enumerate(member["projected"]) if c not in shown)
 
 
 def test_fedavg_delta_counts_every_step(cli):
