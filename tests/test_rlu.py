@@ -178,16 +178,24 @@ def test_auto_sends_a_many_class_batch_of_a_trained_model_to_bias_count(digits, 
     assert sum(routed) >= sum(evidence) + 0.2, (routed, evidence)
 
 
-def test_auto_gives_a_one_class_batch_of_a_trained_model_to_its_class(digits, sure_lenet):
+def test_auto_gives_a_one_class_batch_of_a_trained_model_to_its_class(digits, sure_lenet, monkeypatch):
     """No BN buffers: one negative output-bias entry, LLG putting most of the batch on that class and HFGI all of it
     send the whole batch there (LLG alone leaves a sample elsewhere: 15 of 16 on each of these batches when written);
-    on a 14 + 2 batch the route costs nothing against LLG."""
+    the shown-classes step after it (one class shown) agrees; on a 14 + 2 batch the route costs nothing against LLG."""
+    from fedaudit.labels import auto
+
     x, y, aux = digits
     model = sure_lenet
     for c in (3, 7):
         idx = torch.nonzero(y[:2000] == c).flatten()[:16]
         tm = _tm(x[idx], y[idx], CaptureConfig(batch_size=16, bn_mode="eval"), model=model)
         r = LabelJob(Session(aux=aux), tm, "auto").result()
+        d = r.diagnostics
+        assert d["strategy"] == "hybrid, few shown classes" and d["shown_classes"]["classes"] == [c]
+        assert d["shown_classes"]["before"]["strategy"] == "hybrid, one class" and r.labels == [c] * 16
+        with monkeypatch.context() as m:  # the route itself, without the step
+            m.setattr(auto.Auto, "_by_shown_classes", lambda self, tm, session, spread, result: result)
+            r = LabelJob(Session(aux=aux), tm, "auto").result()
         d = r.diagnostics
         assert d["strategy"] == "hybrid, one class" and d["negative_bias_entries"] == 1 and d["softmax_spread"] >= 0.3
         assert r.labels == [c] * 16 and max(d["llg_counts"]) >= 13 and d["hfgi_counts"] == r.counts_int.tolist()

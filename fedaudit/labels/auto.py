@@ -446,10 +446,10 @@ class Auto(LabelMethod):
         the batch is read as those classes only: the mean of the SHOWN_MEMBERS' counts, each projected onto them
         (a count method spreads a few-class batch over absent classes); where more are shown, a route that read the
         batch as a few-class one (LLG, by at most three negative bias entries) gives way to bias-count, and every
-        shown class gets at least one sample. Not after the BN-statistics route (not measured) or where the test
+        shown class gets at least one sample. Not after the routes that read BN buffers (not measured) or where the test
         cannot be read (the reason is reported in ``shown_classes``)."""
         d = result.diagnostics
-        if d.get("strategy") == "hybrid, BN statistics":
+        if d.get("strategy") == "hybrid, BN statistics" or "bn_count_counts" in d:  # the BN routes: not measured
             return result
         probe = session.aux if session.aux is not None else Aux.dummies(tm.spec, DUMMIES, session.seed)
         why = presence.why_not(tm, probe)
