@@ -128,20 +128,26 @@ def run_row(arch: str, size: int, b: int, pretrained: bool, variants: list[str],
                                   f"{r.iterations_run}it.safetensors")
             save_file({"recon": r.images.detach().cpu().contiguous(), "truth": x.contiguous()},
                       str(save_images / row["images_file"]))
-        m = evaluate_images(r.images.cpu(), x, attacked_arch=arch)
-        ident = m["identification"]
         row.update(device=str(job.session.device), cuda_graph=getattr(r, "cuda_graph", None))
         row.update(iterations=r.iterations_run, seconds=round(r.seconds, 1), s_per_iter=r.seconds / max(r.iterations_run, 1),
-                   psnr=m["summary"]["psnr"]["mean"], ssim=m["summary"]["ssim"]["mean"],
-                   lpips=(m["summary"]["lpips"] or {}).get("mean"), floor=m["blank_baseline"]["floor"]["psnr"],
-                   above_floor=m["psnr_above_blank"], identified=ident.get("identified"), of=ident.get("of"),
-                   ident_net=ident.get("net"), risk_band=m["risk_band"], movement=r.movement,
+                   **image_scores(r.images.cpu(), x, arch), movement=r.movement,
                    settings=job.settings, options={k: v for k, v in job.options.items() if k in options})
         rows.append(row)
         print(f"{arch} {row['state']} {size}px B={b} {name}: {row['psnr']:.2f} dB (floor {row['floor']:.2f}), "
               f"SSIM {row['ssim']:.3f}, identified {row['identified']}/{row['of']}, {r.iterations_run} it, "
               f"{1000 * row['s_per_iter']:.0f} ms/it", file=sys.stderr, flush=True)
     return rows
+
+
+def image_scores(recon: torch.Tensor, truth: torch.Tensor, arch: str) -> dict:
+    """A row's image metrics (fedaudit/metrics/evaluate.py) against the truth: PSNR/SSIM/LPIPS means, the blank-image
+    floor, identification, band."""
+    m = evaluate_images(recon, truth, attacked_arch=arch)
+    ident = m["identification"]
+    return dict(psnr=m["summary"]["psnr"]["mean"], ssim=m["summary"]["ssim"]["mean"],
+                lpips=(m["summary"]["lpips"] or {}).get("mean"), floor=m["blank_baseline"]["floor"]["psnr"],
+                above_floor=m["psnr_above_blank"], identified=ident.get("identified"), of=ident.get("of"),
+                ident_net=ident.get("net"), risk_band=m["risk_band"])
 
 
 def rescore(rows: list[dict], folders: list[Path]) -> list[dict]:
@@ -152,11 +158,7 @@ def rescore(rows: list[dict], folders: list[Path]) -> list[dict]:
         if not found:
             continue
         saved = load_file(str(found[0]))
-        m = evaluate_images(saved["recon"], saved["truth"], attacked_arch=row["arch"].split(" ")[0])
-        ident = m["identification"]
-        row.update(psnr=m["summary"]["psnr"]["mean"], ssim=m["summary"]["ssim"]["mean"],
-                   lpips=(m["summary"]["lpips"] or {}).get("mean"), identified=ident.get("identified"),
-                   of=ident.get("of"), ident_net=ident.get("net"), risk_band=m["risk_band"])
+        row.update(image_scores(saved["recon"], saved["truth"], row["arch"].split(" ")[0]))
     return rows
 
 

@@ -248,7 +248,7 @@ class Auto(LabelMethod):
                     return result
                 result = self._by_class_count(tm, session, spread)
                 if result is not None:
-                    return self._by_shown_classes(tm, session, spread, result) if tm.meta.local_steps == 1 else result
+                    return self._by_shown_classes(tm, session, spread, result)
             if tm.meta.local_steps > 1 and not _batch_statistics(tm) and not exact:
                 result = self._by_client_fit(tm, session, spread)
                 if result is not None:
@@ -262,8 +262,7 @@ class Auto(LabelMethod):
         if strategy == "evidence" and not exact:
             result = self._by_evidence(tm, session, spread)
             if result is not None:
-                hybrid = self.opt("strategy") == "hybrid" and tm.meta.local_steps == 1
-                return self._by_shown_classes(tm, session, spread, result) if hybrid else result
+                return self._by_shown_classes(tm, session, spread, result) if self.opt("strategy") == "hybrid" else result
         return self._by_rules(tm, session, spread)
 
     def _by_rules(self, tm: ThreatModel, session: Session, spread: float | None) -> LabelResult:
@@ -442,15 +441,15 @@ class Auto(LabelMethod):
                           result: LabelResult) -> LabelResult:
         """A trained-like model's one-step update after the count routes (FedAvg deltas: not measured, not used): the
         classes whose output-weight-gradient row has a negative entry are present for certain
-        (fedaudit/labels/presence.py). Where at most FEW_SHOWN are shown,
-        the batch is read as those classes only: the mean of the SHOWN_MEMBERS' counts, each projected onto them
-        (a count method spreads a few-class batch over absent classes); where more are shown, a route that read the
-        batch as a few-class one (LLG, by at most three negative bias entries) gives way to bias-count, and every
-        shown class gets at least one sample. Not after the routes that read BN buffers (not measured) or where the test
-        cannot be read (the reason is reported in ``shown_classes``)."""
+        (fedaudit/labels/presence.py). Where at most FEW_SHOWN are shown, the batch is read as those classes only:
+        the mean of the SHOWN_MEMBERS' counts, each projected onto them (a count method spreads a few-class batch over
+        absent classes); where more are shown, a route that read the batch as a few-class one (LLG, by at most three
+        negative bias entries) gives way to bias-count, and every shown class gets at least one sample. Not after the
+        routes that read BN buffers (not measured) or where the test cannot be read (the reason is reported in
+        ``shown_classes``)."""
         d = result.diagnostics
-        if d.get("strategy") == "hybrid, BN statistics" or "bn_count_counts" in d:  # the BN routes: not measured
-            return result
+        if tm.meta.local_steps != 1 or d.get("strategy") == "hybrid, BN statistics" or "bn_count_counts" in d:
+            return result  # deltas and the BN routes: not measured
         probe = session.aux if session.aux is not None else Aux.dummies(tm.spec, DUMMIES, session.seed)
         why = presence.why_not(tm, probe)
         if why:
@@ -459,7 +458,8 @@ class Auto(LabelMethod):
         shown, minima = presence.shown_classes(tm)
         total = int(result.counts_int.sum())
         info: dict = {"classes": torch.nonzero(shown).flatten().tolist(), "row_minima": [float(v) for v in minima],
-                "before": {"chosen": d.get("chosen"), "strategy": d.get("strategy"), "counts": result.counts_int.tolist()}}
+                      "before": {"chosen": d.get("chosen"), "strategy": d.get("strategy"),
+                                 "counts": result.counts_int.tolist()}}
         if int(shown.sum()) > total:  # cannot be: the update is not what the test assumes
             d["shown_classes"] = {**info, "ignored": f"{int(shown.sum())} classes shown for {total} samples"}
             return result
