@@ -247,7 +247,7 @@ def test_auto_routes_a_trained_model_to_llg(tmp_path, monkeypatch):
     monkeypatch.setattr(auto.Auto, "_by_sample_split", lambda *args: None)
     # the shown-classes step after those routes is checked at the end (it is switched off until then)
     shown_step = auto.Auto._by_shown_classes
-    monkeypatch.setattr(auto.Auto, "_by_shown_classes", lambda self, tm, session, spread, result: result)
+    monkeypatch.setattr(auto.Auto, "_by_shown_classes", lambda self, tm, session, spread, result, **kw: result)
     r = _plain("auto", trained, aux)
     negative = int((trained.final_bias_grad < 0).sum())
     if negative <= 2:

@@ -194,7 +194,7 @@ def test_auto_gives_a_one_class_batch_of_a_trained_model_to_its_class(digits, su
         assert d["strategy"] == "hybrid, few shown classes" and d["shown_classes"]["classes"] == [c]
         assert d["shown_classes"]["before"]["strategy"] == "hybrid, one class" and r.labels == [c] * 16
         with monkeypatch.context() as m:  # the route itself, without the step
-            m.setattr(auto.Auto, "_by_shown_classes", lambda self, tm, session, spread, result: result)
+            m.setattr(auto.Auto, "_by_shown_classes", lambda self, tm, session, spread, result, **kw: result)
             r = LabelJob(Session(aux=aux), tm, "auto").result()
         d = r.diagnostics
         assert d["strategy"] == "hybrid, one class" and d["negative_bias_entries"] == 1 and d["softmax_spread"] >= 0.3
