@@ -494,10 +494,10 @@ class Auto(LabelMethod):
     def _by_one_shown_class(self, tm: ThreatModel, session: Session, result: LabelResult,
                             min_feature: float | None) -> LabelResult:
         """sample-split's result where the update shows exactly one class (presence.py) and the split put samples
-        elsewhere: every sample to the shown class. On trained LeNet/ConvNet batches of 8 no batch of two or three
-        classes showed only one (0 of 144 in the label benchmark's trials 0-5), while the split misses a sample of
-        some one-class batches (docs/results/labels.md, "One shown class"); a hidden minority of one (1 of 8
-        7/1 batches in the same probe) costs that sample, as the split's misses do."""
+        elsewhere: every sample to the shown class. On the label benchmark's trained LeNets and ConvNet (trials 0-5,
+        216 batches) only single-class batches showed one class, while the split misses a sample of some of them
+        (docs/results/labels.md, "One shown class after sample-split"); a hidden minority (1 of 8 trained-LeNet 7/1
+        batches of 8) would cost its sample, as the split's misses do."""
         probe = session.aux if session.aux is not None else Aux.dummies(tm.spec, DUMMIES, session.seed)
         if presence.why_not(tm, probe, min_feature):
             return result
