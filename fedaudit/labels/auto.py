@@ -122,12 +122,29 @@ TRAINED = ("llg", "hfgi", "zlg", "bias-count", "ilrg", "fedleak", "gdbr")
 CANDIDATES = ("bias-count", "zlg", "ilrg", "rlu", "llg-plus", "llg", "hfgi", "fedleak")
 
 
+def _probe_aux(tm: ThreatModel, session: Session) -> Aux:
+    """The images the head is probed with: the session's aux data, else Gaussian dummies."""
+    return session.aux if session.aux is not None else Aux.dummies(tm.spec, DUMMIES, session.seed)
+
+
 def _probe_head(tm: ThreatModel, session: Session) -> tuple[float, float]:
     """(softmax spread, smallest feature into the output layer) of the aux images (or dummies): one forward serves
     the regime and the shown-classes test's sign check (presence.why_not)."""
-    aux = session.aux if session.aux is not None else Aux.dummies(tm.spec, DUMMIES, session.seed)
+    aux = _probe_aux(tm, session)
     h, p = head_stats(tm, aux.images, normalized=aux.normalized)
     return float(0.5 * (p - p.mean(0)).abs().sum(1).mean()), float(h.min())
+
+
+def _shown(tm: ThreatModel, session: Session, min_feature: float | None
+           ) -> tuple[list[str], torch.Tensor | None, torch.Tensor | None]:
+    """(why the shown-classes test cannot be read, shown [C], row minima [C]) of presence.py; the probe images run
+    only where ``min_feature`` (from _probe_head) is not already known."""
+    probe = _probe_aux(tm, session) if min_feature is None else None
+    why = presence.why_not(tm, probe, min_feature)
+    if why:
+        return why, None, None
+    shown, minima = presence.shown_classes(tm)
+    return why, shown, minima
 
 
 def _with_aux(tm: ThreatModel, session: Session, method: type[LabelMethod]) -> Session:
@@ -453,12 +470,10 @@ class Auto(LabelMethod):
         d = result.diagnostics
         if tm.meta.local_steps != 1 or d.get("strategy") == "hybrid, BN statistics" or "bn_count_counts" in d:
             return result  # deltas and the BN routes: not measured
-        probe = session.aux if session.aux is not None else Aux.dummies(tm.spec, DUMMIES, session.seed)
-        why = presence.why_not(tm, probe, min_feature)
-        if why:
+        why, shown, minima = _shown(tm, session, min_feature)
+        if shown is None or minima is None:
             d["shown_classes"] = {"not_applicable": "; ".join(why)}
             return result
-        shown, minima = presence.shown_classes(tm)
         total = int(result.counts_int.sum())
         info: dict = {"classes": torch.nonzero(shown).flatten().tolist(), "row_minima": [float(v) for v in minima],
                       "before": {"chosen": d.get("chosen"), "strategy": d.get("strategy"),
@@ -498,11 +513,8 @@ class Auto(LabelMethod):
         216 batches) only single-class batches showed one class, while the split misses a sample of some of them
         (docs/results/labels.md, "One shown class after sample-split"); a hidden minority (1 of 8 trained-LeNet 7/1
         batches of 8) would cost its sample, as the split's misses do."""
-        probe = session.aux if session.aux is not None else Aux.dummies(tm.spec, DUMMIES, session.seed)
-        if presence.why_not(tm, probe, min_feature):
-            return result
-        shown, _ = presence.shown_classes(tm)
-        if int(shown.sum()) != 1 or bool((result.counts_int[~shown] == 0).all()):
+        _, shown, _ = _shown(tm, session, min_feature)
+        if shown is None or int(shown.sum()) != 1 or bool((result.counts_int[~shown] == 0).all()):
             return result
         before = result.counts_int.tolist()
         result.counts_int = torch.where(shown, result.counts_int.sum(), 0).to(result.counts_int.dtype)

@@ -33,10 +33,10 @@ from fedaudit.threat_model import ThreatModel
 TOLERANCE = 1e-6  # relative to max |G|: an absent class's row is >= 0 exactly in float (a sum of non-negative terms)
 
 
-def why_not(tm: ThreatModel, probe: Aux, min_feature: float | None = None) -> list[str]:
+def why_not(tm: ThreatModel, probe: Aux | None, min_feature: float | None = None) -> list[str]:
     """Why the test cannot be read on this update (empty: it can); ``probe``: aux images or dummies whose features
     into the output layer must all be non-negative (``min_feature``: their smallest feature where the caller has
-    already run them)."""
+    already run them; then ``probe`` may be None)."""
     reasons = []
     if tm.final_layer is None or tm.final_weight_grad is None:
         reasons.append("needs the output layer's weight gradient")
@@ -46,6 +46,8 @@ def why_not(tm: ThreatModel, probe: Aux, min_feature: float | None = None) -> li
         reasons.append("weight decay adds a term of either sign to every row")
     if not reasons:
         if min_feature is None:
+            if probe is None:
+                raise ValueError("why_not needs probe images or their smallest feature")
             min_feature = float(head_stats(tm, probe.images, normalized=probe.normalized)[0].min())
         if min_feature < 0:
             reasons.append("the output layer's inputs take negative values")
