@@ -9,6 +9,8 @@ Setup:
 * ``--data digits``: scikit-learn's 1,797 UCI digits instead (8x8 upsampled to 24x24, padded to 32x32): 1,000 train
   (with as many Adam steps as 3,500 MNIST digits get), 30 aux per class, 497 in the victims' pool.
   ``--aux-per-class`` shrinks the aux set (the same victims' batches).
+* ``--batch-seed N``: other victims' batches, held out from the stored table's (on which `auto`'s rules were
+  chosen); ``benchmarks.labels_heldout`` compares the two tables.
 * Models: DLG LeNet (U(-0.5,0.5) init), the same LeNet with PyTorch's init, ConvNet (width 16, BatchNorm),
   CIFAR ResNet-10 (width 16, BatchNorm), each at random init and trained with Adam (lr 1e-3, batch 64; 10 epochs
   for the sigmoid LeNets, 2 for the others; test accuracy in each table's title). Clients compute FedSGD
@@ -184,11 +186,16 @@ def main(argv=None) -> int:
     ap.add_argument("--aux-per-class", type=int, help="the server's labelled aux digits per class (default all: 50 "
                     "for mnist, 30 for digits); fewer keep the first of the same digits and the same victims' batches; "
                     "written to OUT/<name>_aux<total>.{json,md}")
+    ap.add_argument("--batch-seed", type=int, default=0, help="draw other victims' batches (held out from the ones "
+                    "the stored table and auto's rules were measured on: 0); N > 0 writes OUT/<name>_batches<N>.{json,md}")
+    ap.add_argument("--methods", help="comma list of the columns to run (default all); not with --merge")
     ap.add_argument("--fedavg-only", action="store_true", help="with --merge: re-run only the FedAvg sweep (the FedSGD "
                     "rows keep their stored results)")
     args = ap.parse_args(argv)
     if args.fedavg_only and not args.merge:
         ap.error("--fedavg-only goes with --merge")
+    if args.methods and args.merge:
+        ap.error("--methods is for a fresh run; --merge names its own columns")
     name = "labels_bn_buffers" if args.bn_buffers else "labels"
     if args.data != "mnist":
         name += f"_{args.data}"
@@ -196,7 +203,10 @@ def main(argv=None) -> int:
         ap.error(f"--aux-per-class must be 1-{AUX_MAX[args.data]} for {args.data}")
     if args.aux_per_class and args.aux_per_class != AUX_MAX[args.data]:
         name += f"_aux{10 * args.aux_per_class}"
+    if args.batch_seed:
+        name += f"_batches{args.batch_seed}"
     merge = args.merge.split(",") + ["llg", "gdbr"] if args.merge else None
+    columns = merge or (args.methods.split(",") if args.methods else None)
     stored = json.loads((args.out / f"{name}.json").read_text()) if merge else None
     torch.set_num_threads(2)
     trials = 1 if args.quick else args.trials
@@ -230,16 +240,16 @@ def main(argv=None) -> int:
                 for b in sizes:
                     if dist != "random" and b == 1:
                         continue
-                    g = torch.Generator().manual_seed(1000 * b + dists.index(dist))
+                    g = torch.Generator().manual_seed(1000 * b + dists.index(dist) + 100_000 * args.batch_seed)
                     for t in range(trials):
                         idx = batch_indices(py, b, dist, g)
                         cfg = CaptureConfig(batch_size=b, bn_mode="train" if b > 1 else "eval", withhold=withhold,
                                             include_buffers=True if args.bn_buffers else None)
                         tm = threat_model(spec, model, px[idx], py[idx], cfg)
-                        res = run_methods(tm, py[idx], aux, seed=t, methods=merge)
+                        res = run_methods(tm, py[idx], aux, seed=t, methods=columns)
                         rows.append({"model": label, "state": state, "dist": dist, "B": b, "trial": t, "results": res})
             print(f"{label} / {state}: done ({meta[f'{label} / {state}']})", file=sys.stderr, flush=True)
-    fedavg = [] if args.bn_buffers or args.models or args.states != "random init,trained" or args.data != "mnist" else \
+    fedavg = [] if args.bn_buffers or args.batch_seed or args.methods or args.models or args.states != "random init,trained" or args.data != "mnist" else \
         fedavg_sweep(train_xy, aux, (px, py), quick=args.quick, methods=merge)
     if merge:
         rows, fedavg = merged(stored, rows, fedavg, args.merge.split(","))

@@ -328,3 +328,18 @@ def test_batch_size_override_when_metadata_lacks_it(cli, tmp_path):
     assert_one_error_line(res.stderr, "not applicable: llg", "batch size")
     out = cli.json(cli("labels", "llg", ckpt, tmp_path / "u.safetensors", "-b", "4", "-q"))
     assert out["num_samples"] == 4
+
+
+def test_heldout_comparison_counts_cells_and_pools_batches():
+    """benchmarks.labels_heldout: auto's mean per set, pooled, and the cells within 2 points of the best column."""
+    from benchmarks.labels_heldout import compare
+
+    def row(dist, b, auto, llg):
+        return {"model": "m", "state": "trained", "dist": dist, "B": b, "trial": 0,
+                "results": {"auto": {"InsAcc": auto}, "llg": {"InsAcc": llg}}}
+
+    stored = {"rows": [row("random", 8, 1.0, 0.5), row("random", 16, 0.5, 0.9), row("random", 1, 0.0, 1.0)]}
+    heldout = {"rows": [row("random", 8, 0.75, 0.5), row("random", 16, 0.89, 0.9)]}
+    line = compare(stored, heldout).splitlines()[2]
+    assert line.startswith("| m | trained | 2 + 2 | 75.0 +- 25.0 | 82.0 +- 7.0 | 78.5 +- 10.8 | llg 70.0 |")
+    assert line.endswith("| 1 / 2 | 2 / 2 | 1 / 2 |")  # B = 1 rows are left out; 89 is within 2 points of 90
