@@ -196,6 +196,9 @@ def main(argv=None) -> int:
         ap.error("--fedavg-only goes with --merge")
     if args.methods and args.merge:
         ap.error("--methods is for a fresh run; --merge names its own columns")
+    if args.methods and not args.batch_seed and args.out.resolve() == RESULTS.resolve():
+        ap.error("--methods writes a table of some columns only: give --batch-seed or another --out, so that the "
+                 "stored table keeps its columns")
     name = "labels_bn_buffers" if args.bn_buffers else "labels"
     if args.data != "mnist":
         name += f"_{args.data}"
