@@ -16,14 +16,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 from pathlib import Path
 
 
 def _mean_se(values: list[float]) -> tuple[float, float]:
-    n = len(values)
-    mean = sum(values) / n
-    var = sum((v - mean) ** 2 for v in values) / (n - 1) if n > 1 else 0.0
-    return mean, math.sqrt(var / n)
+    """(mean, standard error of the mean)."""
+    se = statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else 0.0
+    return statistics.fmean(values), se
 
 
 def _cells_within(rows: list[dict], methods: list[str], margin: float = 0.02) -> tuple[int, int]:
@@ -43,24 +43,19 @@ def compare(stored: dict, heldout: dict) -> str:
     lines = ["| model | state | batches | auto stored | auto held out | auto pooled | best single (pooled) | "
              "cells within 2, stored | held out | pooled |", "|---|---|---|---|---|---|---|---|---|---|"]
     for key in keys:
-        sel = {name: [r for r in table["rows"] if (r["model"], r["state"]) == key and r["B"] >= 8]
-               for name, table in (("stored", stored), ("heldout", heldout))}
-        if not sel["stored"]:
+        stored_rows, heldout_rows = ([r for r in table["rows"] if (r["model"], r["state"]) == key and r["B"] >= 8]
+                                     for table in (stored, heldout))
+        if not stored_rows:
             continue
-        both = sel["stored"] + sel["heldout"]
-        methods = [m for m in sel["heldout"][0]["results"]
-                   if m != "auto" and all(m in r["results"] for r in both)]
-        auto = {name: _mean_se([r["results"]["auto"]["InsAcc"] for r in rows]) for name, rows in sel.items()}
-        pooled = _mean_se([r["results"]["auto"]["InsAcc"] for r in both])
-        best = max(methods, key=lambda m: sum(r["results"][m]["InsAcc"] for r in both))
-        best_mean = sum(r["results"][best]["InsAcc"] for r in both) / len(both)
-        w_s, n_s = _cells_within(sel["stored"], methods)
-        w_h, n_h = _cells_within(sel["heldout"], methods)
-        w_p, n_p = _cells_within(both, methods)
-        f = lambda ms: f"{100 * ms[0]:.1f} +- {100 * ms[1]:.1f}"  # noqa: E731
-        lines.append(f"| {key[0]} | {key[1]} | {len(sel['stored'])} + {len(sel['heldout'])} | {f(auto['stored'])} | "
-                     f"{f(auto['heldout'])} | {f(pooled)} | {best} {100 * best_mean:.1f} | {w_s} / {n_s} | "
-                     f"{w_h} / {n_h} | {w_p} / {n_p} |")
+        sets = (stored_rows, heldout_rows, stored_rows + heldout_rows)  # stored, held out, pooled
+        methods = [m for m in heldout_rows[0]["results"] if m != "auto" and all(m in r["results"] for r in sets[2])]
+        means = {m: statistics.fmean(r["results"][m]["InsAcc"] for r in sets[2]) for m in methods}
+        best = max(methods, key=means.__getitem__)
+        autos = [_mean_se([r["results"]["auto"]["InsAcc"] for r in rows]) for rows in sets]
+        cells = [_cells_within(rows, methods) for rows in sets]
+        lines.append(f"| {key[0]} | {key[1]} | {len(stored_rows)} + {len(heldout_rows)} | "
+                     + " | ".join(f"{100 * m:.1f} +- {100 * se:.1f}" for m, se in autos)
+                     + f" | {best} {100 * means[best]:.1f} | " + " | ".join(f"{w} / {n}" for w, n in cells) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -150,7 +150,7 @@ def _shown(tm: ThreatModel, session: Session, min_feature: float | None
 def _with_aux(tm: ThreatModel, session: Session, method: type[LabelMethod]) -> Session:
     """The session a candidate runs with: Gaussian dummies for a method that takes aux data when none was given."""
     if session.aux is None and method.aux in ("optional", "labelled"):
-        return session.replace(aux=Aux.dummies(tm.spec, DUMMIES, session.seed))
+        return session.replace(aux=_probe_aux(tm, session))
     return session
 
 
