@@ -26,11 +26,13 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import RESULTS, threat_model
+from benchmarks.common import RESULTS
 from benchmarks.labels import data, make_model, run_methods, train
-from fedaudit.client.capture import CaptureConfig
+from fedaudit.client.capture import CaptureConfig, capture_update
+from fedaudit.io.checkpoint import Checkpoint
 from fedaudit.jobs import Aux
 from fedaudit.metrics.labels import counts
+from fedaudit.threat_model import ThreatModel
 
 DIRICHLET_ALPHA = 0.5  # the concentration of FL papers' non-IID clients (RLU's CIFAR-10/SVHN setting)
 MODELS = {"lenet": ("lenet", "lenet", {}, "eval"), "lenet-torch": ("lenet (torch init)", "lenet", {"init": "torch"}, "eval"),
@@ -61,14 +63,20 @@ def victims(py: torch.Tensor, n: int, kind: str, g: torch.Generator, share: floa
     return idx[torch.randperm(len(idx), generator=g)] if shuffle else idx
 
 
-def client_update(spec, net, pool, trial: int, k: int, b: int, lr: float, momentum: float, kind: str, bn: str):
+def client_capture(spec, net, pool, trial: int, k: int, b: int, lr: float, momentum: float, kind: str, bn: str):
     """Trial ``trial``'s client: K batches of B victims of ``kind`` from ``pool`` = (images, labels), K local SGD
-    steps, the upload (a delta for K > 1). Returns the threat model and the victims' labels."""
+    steps, the upload (a delta for K > 1). Returns the capture and the victims' labels."""
     px, py = pool
     idx = victims(py, b * k, kind, torch.Generator().manual_seed(1000 * trial + k))
     cfg = CaptureConfig(batch_size=b, local_steps=k, lr=lr, momentum=momentum, kind="delta" if k > 1 else None,
                         bn_mode=bn)
-    return threat_model(spec, net, px[idx], py[idx], cfg), py[idx]
+    return capture_update(net, spec, px[idx], py[idx], cfg), py[idx]
+
+
+def client_update(spec, net, pool, trial: int, k: int, b: int, lr: float, momentum: float, kind: str, bn: str):
+    """The threat model of :func:`client_capture`'s upload, and the victims' labels."""
+    cap, labels = client_capture(spec, net, pool, trial, k, b, lr, momentum, kind, bn)
+    return ThreatModel.from_tensors(Checkpoint.in_memory(spec, net), cap.tensors, cap.meta), labels
 
 
 def main(argv=None) -> int:

@@ -343,3 +343,27 @@ def test_heldout_comparison_counts_cells_and_pools_batches():
     line = compare(stored, heldout).splitlines()[2]
     assert line.startswith("| m | trained | 2 + 2 | 75.0 +- 25.0 | 82.0 +- 7.0 | 78.5 +- 10.8 | llg 70.0 |")
     assert line.endswith("| 1 / 2 | 2 / 2 | 1 / 2 |")  # B = 1 rows are left out; 89 is within 2 points of 90
+
+
+def test_clients_benchmark_writes_runs_and_tables_the_same_updates(tmp_path):
+    """benchmarks.labels_clients: clients written once as files, methods run on them through the session, and the
+    summary scores every run's column on the clients they share (a shard's file joins its tag's column)."""
+    from benchmarks.labels_clients import main, summary
+
+    out = tmp_path / "c"
+    assert main(["write", str(out), "--models", "lenet", "--K", "2", "--lr", "0.05", "--B", "4",
+                 "--batch", "random,dirichlet"]) == 0
+    index = [json.loads(line) for line in (out / "clients.jsonl").read_text().splitlines()]
+    assert len(index) == 4 and {c["state"] for c in index} == {"random init", "trained"}
+    assert all(sum(c["truth"]) == 8 and (out / "clients" / f"{c['client']}.safetensors").exists() for c in index)
+    assert main(["run", str(out), "--tag", "a", "--methods", "bias-count,bn-count", "--shard", "0/2"]) == 0
+    assert main(["run", str(out), "--tag", "a", "--methods", "bias-count,bn-count", "--shard", "1/2"]) == 0
+    assert main(["run", str(out), "--tag", "b", "--methods", "llg", "--only", "a.0"]) == 0
+    recs = [json.loads(line) for line in (out / "runs" / "a.0.jsonl").read_text().splitlines()]
+    assert {r["method"] for r in recs} == {"bias-count", "bn-count"}
+    assert all("not_applicable" in r for r in recs if r["method"] == "bn-count")  # LeNet: no BN buffers
+    b = [json.loads(line) for line in (out / "runs" / "b.jsonl").read_text().splitlines()]
+    assert sorted(r["client"] for r in b) == sorted(r["client"] for r in recs if r["method"] == "bias-count")
+    assert len(b) == 2
+    table = summary(out, ["state"])
+    assert "| state | clients | a:bias-count | b:llg |" in table and "| all | 2 |" in table

@@ -22,8 +22,9 @@ batch statistics during local training, hybrid takes client-fit (fedaudit/labels
 step's class mix so that a client simulated on the aux images reproduces the whole update, rather than guessing the
 client's path as RLU must (docs/results/labels.md, "client-fit"; before it, RLU where its least squares fitted the
 update, else the ensemble), except on a model whose outputs do not depend on its input (softmax spread below
-INPUT_INDEPENDENT), where RLU's model is exact and it is returned. Other deltas (BatchNorm in train mode, e.g. the ConvNet, where RLU trails bias-count and
-ZLG by 20-50 points; client-fit not measured there) get the mean of the count vectors of bias-count, ZLG, iLRG,
+INPUT_INDEPENDENT), where RLU's model is exact and it is returned. Other deltas (BatchNorm in train mode, e.g. the
+ConvNet, where RLU trails bias-count and ZLG by 20-50 points and client-fit the ensemble by 7 points on average,
+docs/results/labels.md, "client-fit on the BN ConvNet") get the mean of the count vectors of bias-count, ZLG, iLRG,
 LLG, LLG+ and RLU (``--strategy ensemble`` everywhere), which trails the best single method by 4.1-7.5 points on the
 ConvNet's held-out batches (benchmarks/labels_ensemble.py). The ensemble trails the evidence on one-step updates,
 where it is not used.
