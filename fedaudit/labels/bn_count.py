@@ -26,7 +26,10 @@ Choices (each an option where it is one):
 * ``--moments both`` (default): means and second moments; ``mean``: the batch means alone.
 * Not applicable to K > 1 local steps: the buffers then hold a momentum-weighted mixture of K batches, each
   normalised with its own statistics under moving weights; measured on a trained BN ConvNet (B = 8) it gave
-  8-86% InsAcc, far below the gradient methods at lr 0.1. Classes without aux samples get no samples (reported).
+  8-86% InsAcc, far below the gradient methods at lr 0.1. Re-probed on the recovered mixture (48 BN ConvNet clients,
+  docs/results/labels.md, "client-fit on the BN ConvNet"): 79-87% on trained clients at lr 0.01, ahead of `auto`,
+  and 4-68% where the model moves more or is untrained; a switch between the two is not yet validated.
+  Classes without aux samples get no samples (reported).
 """
 
 from __future__ import annotations
