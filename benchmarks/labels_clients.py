@@ -62,7 +62,7 @@ def write(out: Path, models: list[str], grid: dict, trials: int) -> int:
 
 
 def run(out: Path, tag: str, methods: list[str], device: str, options: dict, limit_s: float | None,
-        shard: tuple[int, int] = (0, 1), only: str | None = None) -> int:
+        shard: tuple[int, int] = (0, 1), only: str | None = None, where: dict | None = None) -> int:
     _, (ax, ay), _ = data()
     aux = Aux(ax, ay, "images")
     clients = [json.loads(line) for line in (out / "clients.jsonl").read_text().splitlines()]
@@ -72,6 +72,8 @@ def run(out: Path, tag: str, methods: list[str], device: str, options: dict, lim
     if only:  # the clients another run (every OUT/runs/ONLY*.jsonl) finished, e.g. to compare with a partial GPU run
         have = {json.loads(line)["client"] for f in (out / "runs").glob(f"{only}*.jsonl") for line in f.read_text().splitlines()}
         clients = [c for c in clients if c["client"] in have]
+    for key, value in (where or {}).items():  # e.g. state=trained: compared as text
+        clients = [c for c in clients if str(c[key]) == value]
     path = out / "runs" / (f"{tag}.jsonl" if shard[1] == 1 else f"{tag}.{shard[0]}.jsonl")
     path.parent.mkdir(parents=True, exist_ok=True)
     done = {(r["client"], r["method"]) for r in map(json.loads, path.read_text().splitlines())} if path.exists() else set()
@@ -160,6 +162,7 @@ def main(argv=None) -> int:
     r.add_argument("--threads", type=int, default=None)
     r.add_argument("--limit-s", type=float, default=None, help="stop starting clients after this many seconds")
     r.add_argument("--only", help="only the clients that the runs tagged ONLY have")
+    r.add_argument("--where", help="only the clients with these settings, e.g. state=trained,trial=1")
     r.add_argument("--shard", default="0/1", help="I/N: every N-th client from the I-th (parallel runs; written to "
                    "OUT/runs/TAG.I.jsonl)")
     s = sub.add_parser("summary", help="the table of every run")
@@ -176,7 +179,7 @@ def main(argv=None) -> int:
             torch.set_num_threads(args.threads)
         i, n = (int(v) for v in args.shard.split("/"))
         return run(args.out, args.tag, args.methods.split(","), args.device, json.loads(args.options), args.limit_s,
-                   (i, n), args.only)
+                   (i, n), args.only, dict(kv.split("=", 1) for kv in args.where.split(",")) if args.where else None)
     table = summary(args.out, args.by.split(","), args.columns.split(",") if args.columns else None)
     (args.out / "summary.md").write_text(table)
     print(table)

@@ -365,5 +365,8 @@ def test_clients_benchmark_writes_runs_and_tables_the_same_updates(tmp_path):
     b = [json.loads(line) for line in (out / "runs" / "b.jsonl").read_text().splitlines()]
     assert sorted(r["client"] for r in b) == sorted(r["client"] for r in recs if r["method"] == "bias-count")
     assert len(b) == 2
-    table = summary(out, ["state"])
+    assert main(["run", str(out), "--tag", "c", "--methods", "llg", "--where", "state=trained,batch=random"]) == 0
+    c = [json.loads(line) for line in (out / "runs" / "c.jsonl").read_text().splitlines()]
+    assert [index[r["client"]]["state"] + "/" + index[r["client"]]["batch"] for r in c] == ["trained/random"]
+    table = summary(out, ["state"], ["a:bias-count", "b:llg"])
     assert "| state | clients | a:bias-count | b:llg |" in table and "| all | 2 |" in table
