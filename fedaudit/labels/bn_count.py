@@ -28,7 +28,8 @@ Choices (each an option where it is one):
   normalised with its own statistics under moving weights; measured on a trained BN ConvNet (B = 8) it gave
   8-86% InsAcc, far below the gradient methods at lr 0.1. Re-probed on the recovered mixture (48 BN ConvNet clients,
   docs/results/labels.md, "client-fit on the BN ConvNet"): 79-87% on trained clients at lr 0.01, ahead of `auto`,
-  and 4-68% where the model moves more or is untrained; a switch between the two is not yet validated.
+  and 4-68% where the model moves more or is untrained; a switch between the two (its residual, or the update's
+  size) held on held-out clients but is not yet a route.
   Classes without aux samples get no samples (reported).
 """
 
