@@ -69,8 +69,9 @@ def run(out: Path, tag: str, methods: list[str], device: str, options: dict, lim
     # a seeded order, so that a run stopped by its time limit has clients from the whole grid
     order = torch.randperm(len(clients), generator=torch.Generator().manual_seed(0)).tolist()
     clients = [clients[i] for i in order][shard[0]::shard[1]]
-    if only:  # the clients another run (every OUT/runs/ONLY*.jsonl) finished, e.g. to compare with a partial GPU run
-        have = {json.loads(line)["client"] for f in (out / "runs").glob(f"{only}*.jsonl") for line in f.read_text().splitlines()}
+    if only:  # the clients another run (OUT/runs/ONLY.jsonl, its shards ONLY.I.jsonl, or one shard ONLY.I) finished, e.g. to compare with a partial GPU run
+        have = {json.loads(line)["client"] for f in (out / "runs").glob("*.jsonl") if only in (f.stem, f.stem.split(".")[0])
+                for line in f.read_text().splitlines()}
         clients = [c for c in clients if c["client"] in have]
     for key, value in (where or {}).items():  # e.g. state=trained: compared as text
         clients = [c for c in clients if str(c[key]) == value]
