@@ -122,7 +122,7 @@ def test_bn_count_says_why_it_cannot_apply(setting):
     gradient = _tm(model, x[:8], y[:8], batch_size=8)  # a gradient carries no buffers unless asked to
     assert any("no BN buffers" in r for r in why(gradient, Session(aux=aux)))
     delta = _tm(model, x[:16], y[:16], batch_size=8, local_steps=2, lr=0.01, kind="delta")
-    assert any("one-step" in r for r in why(delta, Session(aux=aux)))
+    assert not why(delta, Session(aux=aux))  # K > 1: the buffers' mixture of the K batches
     with_buffers = _tm(model, x[:8], y[:8], batch_size=8, include_buffers=True)
     assert not why(with_buffers, Session(aux=aux))
     assert any("auxiliary images" in r for r in why(with_buffers, Session(aux=Aux.dummies(SPEC, 50, 0))))
@@ -135,3 +135,28 @@ def test_bn_count_cli_not_applicable_on_a_gradient_without_buffers(cli):
     ckpt, upd, _ = sample("convnet_b8_repeated")
     r = cli("labels", "bn-count", ckpt, upd, "--dummy", "-q", expect=2)
     assert_one_error_line(r.stderr, "not applicable", "bn-count")
+
+
+def test_bn_count_reads_the_mixture_of_a_delta_that_moved_little_and_warns_where_it_moved_far(setting):
+    """K > 1: the buffers' momentum-weighted mixture read as one batch of B K; on a trained model at lr 0.01 it
+    explains the buffers (residual below MIXTURE_MAX_RESIDUAL) and counts the batches at least as well as bias-count; at
+    lr 0.5 the model moves too far and bn-count says so."""
+    from fedaudit.labels.bn_count import MIXTURE_MAX_RESIDUAL
+
+    x, y, aux, model = setting
+    ours, theirs, fits = [], [], []
+    for t in range(4):
+        idx = torch.arange(32 * t, 32 * t + 32)
+        tm = _tm(model, x[idx], y[idx], batch_size=16, local_steps=2, lr=0.01, kind="delta")
+        r = LabelJob(Session(aux=aux), tm, "bn-count").result()
+        assert int(r.counts_int.sum()) == 32 and r.diagnostics["local_steps"] == 2
+        fits.append(r.diagnostics["relative_residual"])
+        ours.append(insacc(r, y[idx]))
+        theirs.append(insacc(LabelJob(Session(aux=aux), tm, "bias-count").result(), y[idx]))
+    print(ours, theirs, fits)
+    assert max(fits) < MIXTURE_MAX_RESIDUAL
+    assert sum(ours) / 4 >= 0.8 and sum(ours) >= sum(theirs)  # WIP: 84.4 against 80.5 here; margin to settle
+    far = _tm(model, x[:32], y[:32], batch_size=16, local_steps=2, lr=0.5, kind="delta")
+    r = LabelJob(Session(aux=aux), far, "bn-count").result()
+    print(r.diagnostics["relative_residual"])
+    assert any("moved too far" in w for w in r.warnings)
