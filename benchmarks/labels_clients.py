@@ -35,6 +35,8 @@ from fedaudit.jobs.labels import LabelJob
 from fedaudit.metrics.labels import counts, label_metrics
 from fedaudit.session import Aux, Session
 
+# diagnostics a run keeps beside the counts where the method reports them (bn-count's switch reads the first two)
+KEPT_DIAGNOSTICS = ("relative_residual", "relative_change", "path_fraction", "strategy")
 GRID: dict[str, list] = {"K": [2, 4, 8], "lr": [0.01, 0.05], "momentum": [0.0], "B": [8, 32], "batch": ["random", "dirichlet"]}
 
 
@@ -102,7 +104,8 @@ def run(out: Path, tag: str, methods: list[str], device: str, options: dict, lim
                     if session.device.type == "cuda":
                         torch.cuda.synchronize()
                     rec.update(counts=r.counts_int.tolist(), s=round(time.perf_counter() - t0, 3),
-                               chosen=r.diagnostics.get("chosen"), fit=r.diagnostics.get("fit"))
+                               chosen=r.diagnostics.get("chosen"), fit=r.diagnostics.get("fit"),
+                               **{k: r.diagnostics[k] for k in KEPT_DIAGNOSTICS if k in r.diagnostics})
                 log.write(json.dumps(rec) + "\n")
                 log.flush()
             print(f"client {c['client']} done ({time.perf_counter() - start:.0f} s)", file=sys.stderr, flush=True)

@@ -172,6 +172,19 @@ class ThreatModel:
                     p.add_(fraction * client_change(self.meta, self.gradient[name].to(p.device), p).to(p.dtype))
         return model
 
+    def relative_change(self) -> float | None:
+        """|w_local - w_global| / |w_global| over the parameters the update carries (a delta or weights upload);
+        None for a gradient upload, which reveals no final model."""
+        if self.meta.kind == "gradient":
+            return None
+        change = size = 0.0
+        with torch.no_grad():
+            for name, p in self.model.named_parameters():
+                if name in self.gradient:
+                    change += float(client_change(self.meta, self.gradient[name].to(p.device), p).double().pow(2).sum())
+                    size += float(p.double().pow(2).sum())
+        return (change / size) ** 0.5 if size > 0 else None
+
     def models_along_update(self, fractions: list[float] | None = None) -> list[tuple[float, nn.Module]]:
         """(weight, model) for each local step's gradient: the models on the straight path to the client's final
         parameters at ``fractions`` of the way (default: where a constant gradient is under the recorded momentum),

@@ -141,7 +141,7 @@ def test_bn_count_reads_the_mixture_of_a_delta_that_moved_little_and_warns_where
     """K > 1: the buffers' momentum-weighted mixture read as one batch of B K; on a trained model at lr 0.01 it
     explains the buffers (residual below MIXTURE_MAX_RESIDUAL) and counts the batches at least as well as bias-count; at
     lr 0.5 the model moves too far and bn-count says so."""
-    from fedaudit.labels.bn_count import MIXTURE_MAX_RESIDUAL
+    from fedaudit.labels.bn_count import MIXTURE_MAX_CHANGE, MIXTURE_MAX_RESIDUAL
 
     x, y, aux, model = setting
     ours, theirs, fits = [], [], []
@@ -151,10 +151,15 @@ def test_bn_count_reads_the_mixture_of_a_delta_that_moved_little_and_warns_where
         r = LabelJob(Session(aux=aux), tm, "bn-count").result()
         assert int(r.counts_int.sum()) == 32 and r.diagnostics["local_steps"] == 2
         fits.append(r.diagnostics["relative_residual"])
+        # two steps of plain SGD, BN momentum 0.1: the batches weigh 0.09 and 0.1 and sit at 0 and 1/2 of the path
+        assert abs(r.diagnostics["path_fraction"] - 0.05 / 0.19) < 1e-6
+        assert r.diagnostics["relative_change"] < MIXTURE_MAX_CHANGE
         ours.append(insacc(r, y[idx]))
         theirs.append(insacc(LabelJob(Session(aux=aux), tm, "bias-count").result(), y[idx]))
     assert max(fits) < MIXTURE_MAX_RESIDUAL
     assert sum(ours) / 4 >= 0.8 and sum(ours) >= sum(theirs)  # measured: 84.4 against 80.5
+    with pytest.raises(ValueError, match="path-fraction"):
+        LabelJob(Session(aux=aux), tm, "bn-count", {"path-fraction": "1.5"}).result()
     far = _tm(model, x[:32], y[:32], batch_size=16, local_steps=2, lr=0.5, kind="delta")
     r = LabelJob(Session(aux=aux), far, "bn-count").result()
     assert any("moved too far" in w for w in r.warnings)
@@ -162,6 +167,7 @@ def test_bn_count_reads_the_mixture_of_a_delta_that_moved_little_and_warns_where
     near = LabelJob(Session(aux=aux), tm, "auto").result()
     assert near.diagnostics["chosen"] == "bn-count" and "mixture" in near.diagnostics["strategy"]
     assert near.counts_int.tolist() == LabelJob(Session(aux=aux), tm, "bn-count").result().counts_int.tolist()
+    assert not any("one local step" in w for w in LabelJob(Session(aux=aux), tm, "auto").reliability_warnings(near, {}))
     elsewhere = LabelJob(Session(aux=aux), far, "auto").result()
     assert elsewhere.diagnostics["chosen"] != "bn-count"
     rejected = elsewhere.diagnostics["bn_count_rejected"]

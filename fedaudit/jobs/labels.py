@@ -21,7 +21,8 @@ def describe_threat_model_inputs(tm: ThreatModel) -> dict[str, Any]:
             "update": {"path": str(tm.update.path), "sha256": tm.update.sha256}}
 
 
-MULTI_STEP_AWARE = ("rlu", "fedleak", "gdbr")  # methods whose counts model (or do not depend on) K local steps
+# methods whose counts model (or do not depend on) K local steps; bn-count reads the K batches' BN-buffer mixture
+MULTI_STEP_AWARE = ("rlu", "fedleak", "gdbr", "client-fit", "bn-count")
 RAW_SUM_TOLERANCE = 0.25
 
 
@@ -46,8 +47,9 @@ class LabelJob:
         batch size, label methods that disagree."""
         out = []
         k = self.tm.meta.local_steps
-        if k > 1 and self.method not in MULTI_STEP_AWARE and result.diagnostics.get("strategy") != "evidence":
-            out.append(f"{self.method} assumes one local step; this update has K = {k} (the model moved during local "
+        used = result.diagnostics.get("chosen", self.method) if self.method == "auto" else self.method
+        if k > 1 and used not in MULTI_STEP_AWARE and result.diagnostics.get("strategy") != "evidence":
+            out.append(f"{used} assumes one local step; this update has K = {k} (the model moved during local "
                        "training): its counts are approximate; 'labels rlu' follows the K steps")
         n = int(result.counts_int.sum())
         raw = float(result.counts.double().clamp_min(0).sum())
