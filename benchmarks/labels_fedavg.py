@@ -86,6 +86,7 @@ def main(argv=None) -> int:
     for key in ("K", "lr", "momentum", "B", "batch"):
         ap.add_argument(f"--{key}", help=f"comma list replacing the grid's {key} values")
     ap.add_argument("--methods", help="comma list replacing the methods run (default: all of METHODS)")
+    ap.add_argument("--states", help="comma list of 'random init', trained (default: both)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--records", action="store_true", help="also write OUT/labels_fedavg_clients.jsonl: per client, "
                     "its true counts and every method's counts (auto: its route and its candidates' counts)")
@@ -106,7 +107,11 @@ def main(argv=None) -> int:
     records = (args.out / "labels_fedavg_clients.jsonl").open("w") if args.records else None
     for label, arch, kwargs, bn in models:
         spec, model = make_model(arch, kwargs)
-        for state, net in (("random init", model.eval()), ("trained", train(model, spec, train_xy, epochs=1))):
+        states = args.states.split(",") if args.states else ["random init", "trained"]
+        for state in states:
+            if state not in ("random init", "trained"):
+                ap.error(f"--states: unknown state {state!r}")
+            net = model.eval() if state == "random init" else train(model, spec, train_xy, epochs=1)
             for k, lr, mom, b, kind in itertools.product(*grid.values()):
                 if k == 1 and (lr, mom) != (grid["lr"][0], grid["momentum"][0]):
                     continue  # one step: the update is the gradient whatever the optimiser
