@@ -26,9 +26,10 @@ INPUT_INDEPENDENT), where RLU's model is exact and it is returned. Other deltas 
 ConvNet, where RLU trails bias-count and ZLG by 20-50 points and client-fit the ensemble by 7 points on average,
 docs/results/labels.md, "client-fit on the BN ConvNet") first go to bn-count where labelled aux images are given and
 its counts explain the BN buffers' mixture of the K batches to a relative residual below 0.05 and the model moved
-less than 0.01 of its norm (on 36 held-out trained ConvNet clients: 87.0% against 77.7), then get the mean of the count vectors of bias-count, ZLG, iLRG,
-LLG, LLG+ and RLU (``--strategy ensemble`` everywhere), which trails the best single method by 4.1-7.5 points on the
-ConvNet's held-out batches (benchmarks/labels_ensemble.py). The ensemble trails the evidence on one-step updates,
+less than 0.01 of its norm (on 36 held-out trained ConvNet clients: 87.0% against 77.7), then to the class-count
+routes, then get the mean of the count vectors of bias-count, ZLG, iLRG, LLG, LLG+ and RLU (``--strategy ensemble``
+everywhere), which trails the best single method by 4.1-7.5 points on the ConvNet's held-out batches
+(benchmarks/labels_ensemble.py). The ensemble trails the evidence on one-step updates,
 where it is not used.
 
 ``--strategy evidence``: run every applicable count method (aux data where given, Gaussian dummies
