@@ -92,6 +92,9 @@ def main(argv=None) -> int:
                     "its true counts and every method's counts (auto: its route and its candidates' counts)")
     args = ap.parse_args(argv)
     methods = args.methods.split(",") if args.methods else METHODS
+    states = args.states.split(",") if args.states else ["random init", "trained"]
+    if unknown := [s for s in states if s not in ("random init", "trained")]:
+        ap.error(f"--states: unknown state {unknown[0]!r}")
     torch.set_num_threads(args.threads)
     train_xy, (ax, ay), (px, py) = data()
     aux = Aux(ax, ay, "images")
@@ -107,10 +110,7 @@ def main(argv=None) -> int:
     records = (args.out / "labels_fedavg_clients.jsonl").open("w") if args.records else None
     for label, arch, kwargs, bn in models:
         spec, model = make_model(arch, kwargs)
-        states = args.states.split(",") if args.states else ["random init", "trained"]
         for state in states:
-            if state not in ("random init", "trained"):
-                ap.error(f"--states: unknown state {state!r}")
             net = model.eval() if state == "random init" else train(model, spec, train_xy, epochs=1)
             for k, lr, mom, b, kind in itertools.product(*grid.values()):
                 if k == 1 and (lr, mom) != (grid["lr"][0], grid["momentum"][0]):

@@ -162,14 +162,20 @@ class ThreatModel:
     def final_bias_grad(self) -> torch.Tensor | None:
         return self.grad(f"{self.final_layer}.bias") if self.final_layer else None
 
+    def _changes(self, model: nn.Module):
+        """(parameter of ``model``, the client's change w_local - w_global of it) for every parameter the update
+        carries (``model``: the global model or a copy of it)."""
+        for name, p in model.named_parameters():
+            if name in self.gradient:
+                yield p, client_change(self.meta, self.gradient[name].to(p.device), p)
+
     def model_along_update(self, fraction: float) -> nn.Module:
         """A copy of the model ``fraction`` of the way from the global to the client's final parameters (a delta or
         weights upload reveals them; withheld parameters stay where they were)."""
         model = copy.deepcopy(self.model)
         with torch.no_grad():
-            for name, p in model.named_parameters():
-                if name in self.gradient:
-                    p.add_(fraction * client_change(self.meta, self.gradient[name].to(p.device), p).to(p.dtype))
+            for p, change in self._changes(model):
+                p.add_(fraction * change.to(p.dtype))
         return model
 
     def relative_change(self) -> float | None:
@@ -177,13 +183,12 @@ class ThreatModel:
         None for a gradient upload, which reveals no final model."""
         if self.meta.kind == "gradient":
             return None
-        change = size = 0.0
+        moved = size = 0.0
         with torch.no_grad():
-            for name, p in self.model.named_parameters():
-                if name in self.gradient:
-                    change += float(client_change(self.meta, self.gradient[name].to(p.device), p).double().pow(2).sum())
-                    size += float(p.double().pow(2).sum())
-        return (change / size) ** 0.5 if size > 0 else None
+            for p, change in self._changes(self.model):
+                moved += float(change.double().pow(2).sum())
+                size += float(p.double().pow(2).sum())
+        return (moved / size) ** 0.5 if size > 0 else None
 
     def models_along_update(self, fractions: list[float] | None = None) -> list[tuple[float, nn.Module]]:
         """(weight, model) for each local step's gradient: the models on the straight path to the client's final

@@ -340,30 +340,25 @@ class Auto(LabelMethod):
         ConvNet clients it fired on 29 and gained 11.5 +- 2.6 points over the route below there
         (docs/results/labels.md, "bn-count on FedAvg deltas"). Otherwise its counts, residual and change are noted
         and the route goes on; None."""
-        from fedaudit.labels.bn_count import MIN_AUX_PER_CLASS, MIXTURE_MAX_CHANGE, MIXTURE_MAX_RESIDUAL, fewest_per_class
+        from fedaudit.labels.bn_count import too_few_aux  # here: keeps the registry's order
 
         if session.aux is None or session.aux.labels is None:
             return None
-        if fewest_per_class(session.aux.labels) < MIN_AUX_PER_CLASS:
-            notes["bn_count_skipped"] = f"fewer than {MIN_AUX_PER_CLASS} labelled aux images in a class"
+        few = too_few_aux(session)
+        if few:
+            notes["bn_count_skipped"] = few
             return None
         runs, skipped = _run_each(tm, session, ("bn-count",))
         if not runs:
             notes["bn_count_skipped"] = skipped.get("bn-count", "not applicable")
             return None
-        result = runs[0][1]
-        residual = float(result.diagnostics["relative_residual"])
-        change = result.diagnostics.get("relative_change")
-        why = []
-        if residual >= MIXTURE_MAX_RESIDUAL:
-            why.append(f"relative residual {residual:.3f} >= {MIXTURE_MAX_RESIDUAL}")
-        if change is None or change >= MIXTURE_MAX_CHANGE:
-            why.append("no final model" if change is None else f"the model moved {change:.4f} >= {MIXTURE_MAX_CHANGE}")
-        if not why:
+        d = runs[0][1].diagnostics
+        if not d["mixture_doubts"]:
             return self._routed(runs[0], "hybrid, BN statistics (mixture of the local batches)", spread,
                                 _negative_entries(tm), {})
-        notes["bn_count_rejected"] = {"counts": result.counts_int.tolist(), "relative_residual": residual,
-                                      "relative_change": change, "why": "; ".join(why)}
+        notes["bn_count_rejected"] = {"counts": runs[0][1].counts_int.tolist(),
+                                      "relative_residual": float(d["relative_residual"]),
+                                      "relative_change": d["relative_change"], "why": "; ".join(d["mixture_doubts"])}
         return None
 
     def _by_class_count(self, tm: ThreatModel, session: Session, spread: float | None) -> LabelResult | None:
@@ -389,12 +384,11 @@ class Auto(LabelMethod):
         negative = int((gb < 0).sum())
         trained = spread is not None and spread >= SPREAD_THRESHOLD
         extra: dict = {}
-        from fedaudit.labels.bn_count import MIN_AUX_PER_CLASS, fewest_per_class  # here: keeps the registry's order
+        from fedaudit.labels.bn_count import too_few_aux  # here: keeps the registry's order
 
-        few_aux = session.aux is not None and session.aux.labels is not None \
-            and fewest_per_class(session.aux.labels) < MIN_AUX_PER_CLASS
+        few_aux = too_few_aux(session)
         if trained and negative > 0 and few_aux and not LABEL_METHODS.get("bn-count").why_not(tm, session):
-            extra["bn_count_skipped"] = f"fewer than {MIN_AUX_PER_CLASS} labelled aux images in a class"
+            extra["bn_count_skipped"] = few_aux
         elif trained and negative > 0 and tm.meta.local_steps == 1:  # K > 1: _by_bn_mixture
             runs, _ = _run_each(tm, session, ("bn-count",))  # empty where bn-count does not apply
             if runs:

@@ -187,6 +187,26 @@ MIXTURE_MAX_RESIDUAL = 0.05
 MIXTURE_MAX_CHANGE = 0.01
 
 
+def mixture_doubts(residual: float, change: float | None) -> list[str]:
+    """Why a K > 1 reading of the BN mixture is not to be trusted (empty: both checks pass): a relative residual of
+    MIXTURE_MAX_RESIDUAL or more, or a model change of MIXTURE_MAX_CHANGE or more (or none known)."""
+    doubts = []
+    if residual >= MIXTURE_MAX_RESIDUAL:
+        doubts.append(f"relative residual {residual:.3f} >= {MIXTURE_MAX_RESIDUAL}")
+    if change is None or change >= MIXTURE_MAX_CHANGE:
+        doubts.append("no final model" if change is None else f"the model moved {change:.4f} >= {MIXTURE_MAX_CHANGE}")
+    return doubts
+
+
+def too_few_aux(session: Session) -> str | None:
+    """Why bn-count's class moments are too noisy to route to (fewer than MIN_AUX_PER_CLASS labelled aux images in a
+    class), or None (enough, or no labelled aux at all)."""
+    aux = session.aux
+    if aux is None or aux.labels is None or fewest_per_class(aux.labels) >= MIN_AUX_PER_CLASS:
+        return None
+    return f"fewer than {MIN_AUX_PER_CLASS} labelled aux images in a class"
+
+
 def fewest_per_class(labels: torch.Tensor) -> int:
     """The smallest number of aux samples in any class the aux set has at all."""
     per_class = torch.bincount(labels.long())
@@ -275,6 +295,7 @@ class BNCount(LabelMethod):
             result.diagnostics["path_fraction"] = fraction
             change = tm.relative_change()
             result.diagnostics["relative_change"] = change
+            result.diagnostics["mixture_doubts"] = mixture_doubts(fit, change)
             if fit >= MIXTURE_MAX_RESIDUAL:
                 result.warnings.append(f"the BN buffers mix {stats.steps} local batches and the counts explain them "
                                        f"only to a relative residual of {fit:.2f}: the model moved too far for this "
