@@ -172,3 +172,32 @@ def test_bn_count_reads_the_mixture_of_a_delta_that_moved_little_and_warns_where
     assert elsewhere.diagnostics["chosen"] != "bn-count"
     rejected = elsewhere.diagnostics["bn_count_rejected"]
     assert rejected["counts"] == r.counts_int.tolist() and rejected["relative_residual"] >= MIXTURE_MAX_RESIDUAL
+
+
+def test_auto_doubts_a_one_class_reading_of_a_two_class_client_and_keeps_it_for_a_one_class_one(setting):
+    """A FedAvg client whose K = 8 batches come one class after the other (4 of digit 2, then 4 of digit 8): the
+    output layer shows mostly the last steps, so the class-count route reads 8 alone (InsAcc 0.5); bn-count's
+    rejected reading of the BN mixture puts under DOUBT_SHARE on 8 and ``auto`` takes it (measured 0.81 and 0.70).
+    Where the model moved DOUBT_MAX_CHANGE or more (digits 1 then 7 at lr 0.02: 0.056) the one-class reading stays;
+    a single-class client is one class."""
+    from fedaudit.labels.auto import DOUBT_MAX_CHANGE
+
+    x, y, aux, model = setting
+
+    def client(a, b, lr):
+        idx = torch.cat([torch.nonzero(y == c).flatten()[:32] for c in (a, b)])
+        tm = _tm(model, x[idx], y[idx], batch_size=8, local_steps=8, lr=lr, kind="delta")
+        return LabelJob(Session(aux=aux), tm, "auto").result(), y[idx]
+
+    for lr in (0.01, 0.02):
+        r, truth = client(2, 8, lr)
+        assert r.diagnostics["strategy"] == "hybrid, BN statistics (one class doubted)"
+        assert r.diagnostics["one_class_counts"][8] == 64 and r.diagnostics["chosen"] == "bn-count"
+        assert insacc(r, truth) >= 0.65
+    r, _ = client(1, 7, 0.02)
+    assert r.diagnostics["strategy"] == "hybrid, one class"
+    assert r.diagnostics["bn_count_rejected"]["relative_change"] >= DOUBT_MAX_CHANGE
+    idx = torch.nonzero(y == 7).flatten()[:64]
+    tm = _tm(model, x[idx], y[idx], batch_size=8, local_steps=8, lr=0.01, kind="delta")
+    r = LabelJob(Session(aux=aux), tm, "auto").result()
+    assert r.labels == [7] * 64 and "one class" in r.diagnostics["strategy"]
