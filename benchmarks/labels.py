@@ -159,7 +159,7 @@ def run_methods(tm, true_labels, aux, seed, methods=None):
                                        for c in r.diagnostics.get("candidates", [])]
             if name == "auto":
                 reused.update({c["method"]: c["counts"] for c in out[name]["candidates"] if c["method"] == "client-fit"})
-            for key in ("rlu_residual", "fit"):
+            for key in ("rlu_residual", "fit", "negative_bias_entries"):
                 if key in r.diagnostics:
                     out[name][key] = r.diagnostics[key]
     return out

@@ -201,3 +201,25 @@ def test_auto_doubts_a_one_class_reading_of_a_two_class_client_and_keeps_it_for_
     tm = _tm(model, x[idx], y[idx], batch_size=8, local_steps=8, lr=0.01, kind="delta")
     r = LabelJob(Session(aux=aux), tm, "auto").result()
     assert r.labels == [7] * 64 and "one class" in r.diagnostics["strategy"]
+
+
+def test_auto_averages_bn_count_with_bias_count_near_the_aux_mix(setting):
+    """A random client's accepted BN-mixture reading lies near the aux set's class mix (uniform here), where
+    bias-count's assumption holds: ``auto`` takes the mean of the two count vectors, which reads these four K = 4
+    clients better than bn-count alone (measured 90.6 against 88.7%)."""
+    from fedaudit.labels.auto import NEAR_AUX_TV, ensemble_counts
+
+    x, y, aux, model = setting
+    ours, alone = [], []
+    for t in range(4):
+        idx = torch.arange(128 * t, 128 * t + 128)
+        tm = _tm(model, x[idx], y[idx], batch_size=32, local_steps=4, lr=0.01, kind="delta")
+        r = LabelJob(Session(aux=aux), tm, "auto").result()
+        assert r.diagnostics["strategy"] == "hybrid, BN statistics and bias-count (near the aux mix)"
+        assert r.diagnostics["distance_to_aux_mix"] < NEAR_AUX_TV and r.diagnostics["members"] == ["bn-count", "bias-count"]
+        bn = LabelJob(Session(aux=aux), tm, "bn-count").result()
+        bc = LabelJob(Session(aux=aux), tm, "bias-count").result()
+        assert r.counts_int.tolist() == ensemble_counts([bn.counts_int, bc.counts_int])[1].tolist()
+        ours.append(insacc(r, y[idx]))
+        alone.append(insacc(bn, y[idx]))
+    assert sum(ours) > sum(alone)
