@@ -97,8 +97,8 @@ DOUBT_MAX_CHANGE = 0.05
 # hybrid, bn-count's accepted reading of a FedAvg client's BN mixture within this total-variation distance of the aux
 # set's class mix: the mean of its counts and bias-count's (bias-count assumes that mix; there it led bn-count on random
 # batches of 8 steps by 2-8 points). Chosen on labels_fedavg's trained-ConvNet random and Dirichlet clients, trials
-# 0-2 (0.25 and 0.3 alike; Dirichlet readings lay at 0.29-0.55), judged on trials 3-5 (docs/results/labels.md,
-# "Near the aux mix")
+# 0-2 (0.25 and 0.3 alike; Dirichlet readings lay at 0.29-0.55); the scan showed trials 3-5 beside them, so the
+# unseen checks are the held-out client set 4 and the K = 2 grid (docs/results/labels.md, "Near the aux mix")
 NEAR_AUX_TV = 0.25
 # hybrid, several local steps (a FedAvg delta) of a batch of more than FEW_CLASSES classes: the mean of these
 # methods' count vectors (docs/results/labels.md)
