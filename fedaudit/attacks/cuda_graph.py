@@ -13,10 +13,12 @@ fedaudit/attacks/batched_restarts.py):
   projection.
 * The first ``WARMUP`` iterations run eagerly on a side stream (cuDNN picks its algorithms, Adam builds its state,
   lazily computed constants such as the target's norm are cached): they are real iterations of the run.
-* Self-check: at the first captured iteration the body is also run eagerly from the same state, the state is put
-  back, the graph is captured and replayed, and the two results must agree (mean |difference| at most 1% of the
-  step's mean |change|). Otherwise, or when capture raises, ``auto`` goes on eagerly with the same optimiser and
-  says why in the report; ``on`` stops with a runtime failure. The check costs one extra iteration per run.
+* Self-check: at the first captured iteration the body is also run eagerly, twice, from the same state, the state
+  is put back, the graph is captured and replayed, and the replay must agree with the first eager result (mean
+  |difference| at most 1% of the step's mean |change| plus three times the two eager results' own difference, which
+  is 0 where eager steps are repeatable). Otherwise, or when capture raises, ``auto`` goes on eagerly with the same
+  optimiser and says why in the report; ``on`` stops with a runtime failure. The check costs two extra iterations
+  per run.
 * Restarts reuse the captured graph: a new restart's initial values are copied into the captured tensors and the
   Adam state is zeroed in place (a fresh Adam).
 * The host reads the loss and checks the iterate every ``sync_every`` iterations (the loop's logging interval) and
@@ -45,7 +47,13 @@ from fedaudit.errors import InputError, RuntimeFailure
 
 MODES = ("auto", "on", "off")
 WARMUP = 3  # eager iterations before capture (side stream on CUDA)
-AGREEMENT = 0.01  # the replayed step may differ from the eager one by at most 1% of the step's size (mean |.|)
+# The replayed step may differ from the eager one by at most 1% of the step's size (mean |.|) plus NOISE_FACTOR
+# times the gap between two eager runs of the same step: on a GPU an eager step is not repeatable where cuDNN's
+# kernels add in a varying order (FedLeak on ResNet-18 B = 16 on an H200: the replay was 1.02% of the step away,
+# docs/results/throughput.md), and that must not count as a broken capture. A capture that misses an update (a stale
+# constant, a host copy) is off by the order of the step itself.
+AGREEMENT = 0.01
+NOISE_FACTOR = 3.0
 
 
 def why_not(attack: OptimizationAttack, mode: str) -> str | None:
@@ -200,20 +208,29 @@ class GraphSteps(EagerSteps):
         the graph if both agree, else goes on eagerly (``auto``) or fails (``on``)."""
         before = self._snapshot()
         start = {k: saved for k, (_, saved) in zip(self.state, before)}  # the variables come first in the snapshot
-        self._eager(closure, it)
-        expected = {k: v.detach().clone() for k, v in self.state.items()}
-        self._restore(before)
+
+        def eager_step() -> dict[str, torch.Tensor]:
+            self._eager(closure, it)
+            stepped = {k: v.detach().clone() for k, v in self.state.items()}
+            self._restore(before)
+            return stepped
+
+        def apart(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+            return math.fsum(float((a[k] - b[k]).abs().mean()) for k in self.state)
+
+        expected = eager_step()
+        noise = apart(expected, eager_step())  # 0 where an eager step is repeatable (the CPU)
         try:
             graph = _Emulated(lambda: self._body(closure, it)) if self.emulated else \
                 _CudaGraph(lambda: self._body(closure, it))
             graph.replay()
             if not self.emulated:
                 torch.cuda.synchronize(self.device)
-            moved = math.fsum(float((expected[k] - start[k]).abs().mean()) for k in self.state)
-            gap = math.fsum(float((expected[k] - v.detach()).abs().mean()) for k, v in self.state.items())
-            if not gap <= AGREEMENT * moved + 1e-12:
+            moved = apart(expected, start)
+            gap = apart(expected, {k: v.detach() for k, v in self.state.items()})
+            if not gap <= AGREEMENT * moved + NOISE_FACTOR * noise + 1e-12:
                 raise RuntimeError(f"the replayed iteration differs from the eager one (mean |difference| {gap:.3g} "
-                                   f"against a step of {moved:.3g})")
+                                   f"against a step of {moved:.3g}; two eager steps differ by {noise:.3g})")
         except RuntimeError as exc:
             return self._fall_back(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, before, closure, it)
         self.graph = graph
