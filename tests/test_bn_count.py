@@ -179,7 +179,8 @@ def test_auto_doubts_a_one_class_reading_of_a_two_class_client_and_keeps_it_for_
     output layer shows mostly the last steps, so the class-count route reads 8 alone (InsAcc 0.5); bn-count's
     rejected reading of the BN mixture puts under DOUBT_SHARE on 8 and ``auto`` takes it (measured 0.81 and 0.70).
     Where the model moved DOUBT_MAX_CHANGE or more (digits 1 then 7 at lr 0.02: 0.056) the one-class reading stays;
-    a single-class client is one class."""
+    a single-class client is one class, and where bn-count's accepted reading of the mixture named it, the K-step
+    warning stays away."""
     from fedaudit.labels.auto import DOUBT_MAX_CHANGE
 
     x, y, aux, model = setting
@@ -199,8 +200,16 @@ def test_auto_doubts_a_one_class_reading_of_a_two_class_client_and_keeps_it_for_
     assert r.diagnostics["bn_count_rejected"]["relative_change"] >= DOUBT_MAX_CHANGE
     idx = torch.nonzero(y == 7).flatten()[:64]
     tm = _tm(model, x[idx], y[idx], batch_size=8, local_steps=8, lr=0.01, kind="delta")
-    r = LabelJob(Session(aux=aux), tm, "auto").result()
-    assert r.labels == [7] * 64 and "one class" in r.diagnostics["strategy"]
+    job = LabelJob(Session(aux=aux), tm, "auto")
+    r = job.result()
+    assert r.labels == [7] * 64 and r.diagnostics["strategy"] == "hybrid, one class"  # bn-count's reading rejected
+    assert any("one class assumes one local step" in w for w in job.reliability_warnings(r, {}))
+    tm = _tm(model, x[idx[:32]], y[idx[:32]], batch_size=8, local_steps=4, lr=0.01, kind="delta")
+    job = LabelJob(Session(aux=aux), tm, "auto")
+    r = job.result()
+    assert r.labels == [7] * 32 and r.diagnostics["strategy"] == "hybrid, one class (BN mixture)"
+    # there the class comes from the K batches' BN mixture: no "assumes one local step" warning
+    assert not any("one local step" in w for w in job.reliability_warnings(r, {})), job.reliability_warnings(r, {})
 
 
 def test_auto_averages_bn_count_with_bias_count_near_the_aux_mix(setting):

@@ -48,7 +48,8 @@ class LabelJob:
         out = []
         k = self.tm.meta.local_steps
         used = result.diagnostics.get("chosen", self.method) if self.method == "auto" else self.method
-        if k > 1 and used not in MULTI_STEP_AWARE and result.diagnostics.get("strategy") != "evidence":
+        if k > 1 and used not in MULTI_STEP_AWARE and result.diagnostics.get("strategy") != "evidence" \
+                and not result.diagnostics.get("multi_step_aware"):  # a route that read every step's batch
             out.append(f"{used} assumes one local step; this update has K = {k} (the model moved during local "
                        "training): its counts are approximate; 'labels rlu' follows the K steps")
         n = int(result.counts_int.sum())

@@ -303,9 +303,7 @@ class Auto(LabelMethod):
                     result, rejected = self._by_bn_mixture(tm, session, spread, notes)
                     if result is not None:
                         return result
-                result = self._by_class_count(tm, session, spread)
-                if result is not None and rejected is not None:
-                    result = self._by_doubted_class(result, rejected, spread, tm)
+                result = self._by_class_count(tm, session, spread, rejected)
                 if result is not None:
                     return self._by_shown_classes(tm, session, spread, result, min_feature=min_feature)
             if tm.meta.local_steps > 1 and not _batch_statistics(tm) and not exact:
@@ -371,7 +369,7 @@ class Auto(LabelMethod):
         ConvNet clients it fired on 29 and gained 11.5 +- 2.6 points over the route below there
         (docs/results/labels.md, "bn-count on FedAvg deltas"); where it names the bias gradient's one negative
         class (``_bn_one_class``), the whole client is that class. Otherwise its counts, residual and change are noted
-        and the route goes on (``_by_doubted_class`` may still take them). Returns (the routed result or None,
+        and the route goes on (``_doubts_one_class`` may still take them). Returns (the routed result or None,
         bn-count's rejected run as ``_run_each`` gives it, or None)."""
         from fedaudit.labels.bn_count import too_few_aux  # here: keeps the registry's order
 
@@ -390,7 +388,7 @@ class Auto(LabelMethod):
             single = _bn_one_class(tm, runs[0])
             if single is not None:
                 return self._routed(single, "hybrid, one class (BN mixture)", spread, 1,
-                                    {"bn_count_counts": runs[0][1].counts_int.tolist()}), None
+                                    {"bn_count_counts": runs[0][1].counts_int.tolist(), "multi_step_aware": True}), None
             near = self._by_near_aux_mix(tm, session, spread, runs[0])
             if near is not None:
                 return near, None
@@ -419,24 +417,22 @@ class Auto(LabelMethod):
                                   distance_to_aux_mix=distance, negative_bias_entries=_negative_entries(tm))
         return result
 
-    def _by_doubted_class(self, result: LabelResult, rejected: tuple, spread: float | None,
-                          tm: ThreatModel) -> LabelResult:
-        """A FedAvg delta that the class-count route read as one class (the output layer's update shows mostly the last
-        local steps' batches) while bn-count's rejected reading of the BN mixture, which weighs every step's batch,
-        puts less than DOUBT_SHARE of the batch on that class, with the model moving less than DOUBT_MAX_CHANGE of its
-        norm: bn-count's counts (a non-IID client whose batches come one class after another). Otherwise the route's
-        result."""
+    @staticmethod
+    def _doubts_one_class(rejected: tuple | None, claimed: int) -> bool:
+        """Whether bn-count's rejected reading of a FedAvg delta's BN mixture (``rejected``, None where there is none),
+        which weighs every local step's batch, doubts a one-class reading of ``claimed`` from the output layer, whose
+        update shows mostly the last steps' batches: it puts less than DOUBT_SHARE of the batch on that class, with
+        the model moving less than DOUBT_MAX_CHANGE of its norm (a non-IID client whose batches come one class after
+        another)."""
+        if rejected is None:
+            return False
         change = rejected[1].diagnostics.get("relative_change")
-        if result.diagnostics.get("strategy") != "hybrid, one class" or change is None or change >= DOUBT_MAX_CHANGE:
-            return result
         counts = rejected[1].counts_int
-        claimed = int(torch.argmax(result.counts_int))
-        if float(counts[claimed]) >= DOUBT_SHARE * float(counts.sum()):
-            return result
-        return self._routed(rejected, "hybrid, BN statistics (one class doubted)", spread, _negative_entries(tm),
-                            {"one_class_counts": result.counts_int.tolist()})
+        return change is not None and change < DOUBT_MAX_CHANGE \
+            and float(counts[claimed]) < DOUBT_SHARE * float(counts.sum())
 
-    def _by_class_count(self, tm: ThreatModel, session: Session, spread: float | None) -> LabelResult | None:
+    def _by_class_count(self, tm: ThreatModel, session: Session, spread: float | None,
+                        rejected: tuple | None = None) -> LabelResult | None:
         """Several local steps or trained-like outputs, routed by the number of negative output-bias-gradient entries
         (on a trained DLG LeNet every negative entry is a present class and 79% of present classes are negative):
         * at most FEW_CLASSES: LLG (it led RLU, which the evidence follows, on such batches); on trained-like outputs
@@ -487,6 +483,9 @@ class Auto(LabelMethod):
             return None
         if trained and negative == 1 and "bn_count_counts" not in extra:
             single = self._one_class(tm, session, runs[0], gb)
+            if single is not None and self._doubts_one_class(rejected, int(torch.argmax(single[0][1].counts_int))):
+                return self._routed(rejected, "hybrid, BN statistics (one class doubted)", spread, negative,
+                                    {"one_class_counts": single[0][1].counts_int.tolist()})
             if single is not None:
                 return self._routed(single[0], "hybrid, one class", spread, negative, {**extra, **single[1]})
         return self._routed(runs[0], strategy, spread, negative, extra)
