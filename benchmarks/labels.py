@@ -51,7 +51,11 @@ OPT_IN = ("client-fit",)
 METHODS = [m for m in LABEL_METHODS.names() if m not in ("auto", *OPT_IN)] + ["auto", "auto-rules"]
 # auto with the earlier fixed preference order, with the evidence score alone, with the mean of the methods alone
 PSEUDO = {"auto-rules": ("auto", {"strategy": "rules"}), "auto-evidence": ("auto", {"strategy": "evidence"}),
-          "auto-ensemble": ("auto", {"strategy": "ensemble"})}
+          "auto-ensemble": ("auto", {"strategy": "ensemble"}),
+          # K > 1: bn-count with the aux images normalised by the buffers' mixture statistics, or in random splits
+          "bn-count-mixture": ("bn-count", {"aux-batches": "mixture"}),
+          "bn-count-simulated": ("bn-count", {"aux-batches": "simulated"}),
+          "bn-count-matched": ("bn-count", {"aux-batches": "matched"})}
 SHAPE = (1, 32, 32)
 
 
@@ -150,6 +154,8 @@ def run_methods(tm, true_labels, aux, seed, methods=None):
         m = label_metrics(r.counts_int, truth)
         out[name] = {"InsAcc": m["InsAcc"], "ClsAcc": m["ClsAcc"], "s": time.perf_counter() - t0,
                      "counts": r.counts_int.tolist()}
+        if method == "bn-count":
+            out[name].update({k: r.diagnostics[k] for k in ("relative_residual", "relative_change") if k in r.diagnostics})
         if method == "auto":
             out[name]["chosen"] = r.diagnostics["chosen"]
             out[name]["strategy"] = r.diagnostics.get("strategy")

@@ -81,6 +81,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="LeNet only, K in {1, 4}, one lr, one trial")
     ap.add_argument("--trials", type=int, default=3)
+    ap.add_argument("--first-trial", type=int, default=0, help="trials first-trial .. first-trial + trials - 1 (the "
+                    "later ones: clients held out from a choice made on the first)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--models", help=f"comma list of {', '.join(MODELS)} (default: lenet, convnet; --quick: lenet)")
     for key in ("K", "lr", "momentum", "B", "batch"):
@@ -116,7 +118,7 @@ def main(argv=None) -> int:
                 if k == 1 and (lr, mom) != (grid["lr"][0], grid["momentum"][0]):
                     continue  # one step: the update is the gradient whatever the optimiser
                 acc: dict[str, list[float]] = {}
-                for t in range(1 if args.quick else args.trials):
+                for t in range(args.first_trial, args.first_trial + (1 if args.quick else args.trials)):
                     tm, truth = client_update(spec, net, (px, py), t, k, b, lr, mom, kind, bn)
                     results = run_methods(tm, truth, aux, seed=t, methods=methods)
                     for name, r in results.items():

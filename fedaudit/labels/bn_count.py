@@ -32,13 +32,19 @@ Choices (each an option where it is one):
   held-out clients. It reads trained clients that moved little well (88% on 29 held-out ConvNet clients) and
   collapses where the model moves far or is untrained (docs/results/labels.md, "bn-count on FedAvg deltas"). Above
   a relative residual of MIXTURE_MAX_RESIDUAL, or where the model moved MIXTURE_MAX_CHANGE of its norm or more, it
-  warns (``auto`` then keeps its earlier route). Classes without
-  aux samples get no samples (reported).
+  warns (``auto`` then keeps its earlier route). ``--aux-batches``: each client batch was normalised with its own
+  statistics, not the mixture's; ``mixture`` (default) runs the aux images in eval mode under the mixture's
+  statistics, ``simulated`` in train-mode batches of the client's B (the aux set split at random), ``matched`` each
+  aux sample in a batch of B composed in the class shares of the simulated reading (small batches read better
+  simulated, skewed large ones matched or mixture: docs/results/labels.md, "bn-count's aux images in simulated
+  batches"; not yet the default, pending a held-out run of ``auto``). Classes without aux samples get no samples
+  (reported).
 """
 
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -71,18 +77,30 @@ BN_BUFFERS = Requirement("bn_buffers", "the client's BatchNorm buffers after its
 
 
 def aux_moments(tm: ThreatModel, stats: bn_statistics.BNStatistics, images: torch.Tensor,
-                normalized: bool, model: nn.Module | None = None) -> torch.Tensor:
-    """[N, J] per-sample moments of ``images`` at every BN layer's input (per channel: spatial mean of x, then of
+                normalized: bool, model: nn.Module | None = None, batches: list[torch.Tensor] | None = None,
+                first_only: bool = False) -> torch.Tensor:
+    """[N', J] per-sample moments of ``images`` at every BN layer's input (per channel: spatial mean of x, then of
     x^2), every BN layer normalising with the recovered batch statistics; ``model``: other weights than the
-    checkpoint's (K > 1: a model along the update)."""
+    checkpoint's (K > 1: a model along the update). ``batches`` (index tensors of one size): instead, every BN layer
+    normalises each of these simulated client batches with its own batch statistics (many batches per forward
+    pass, ``_grouped_bn``); the rows are their members in order, or (``first_only``) each batch's first member."""
     model = copy.deepcopy(tm.model if model is None else model).eval()
     modules = dict(model.named_modules())
     dev = next(model.parameters()).device
     seen: dict[str, torch.Tensor] = {}
+    size = 1 if batches is None else len(batches[0])
+    if batches is None:
+        chunks = list(torch.arange(images.shape[0]).split(CHUNK))
+    else:
+        assert all(len(b) == size for b in batches)
+        groups = max(1, 4 * CHUNK // size)  # batches per forward pass
+        chunks = [torch.cat(batches[i:i + groups]) for i in range(0, len(batches), groups)]
 
     def keep(name):
         def hook(module, inputs, output):
             x = inputs[0].detach().double()
+            if first_only:
+                x = x[::size]
             seen[name] = torch.cat([x.flatten(2).mean(2), x.pow(2).flatten(2).mean(2)], 1) if x.dim() > 2 \
                 else torch.cat([x, x.pow(2)], 1)
         return hook
@@ -93,18 +111,52 @@ def aux_moments(tm: ThreatModel, stats: bn_statistics.BNStatistics, images: torc
         assert isinstance(bn, nn.modules.batchnorm._BatchNorm)
         bn.running_mean.copy_(s.mean.to(bn.running_mean))  # type: ignore[union-attr]
         bn.running_var.copy_(s.var.to(bn.running_var))  # type: ignore[union-attr]
+        if batches is not None:
+            bn.forward = _grouped_bn(bn, size)  # type: ignore[method-assign]
         hooks.append(bn.register_forward_hook(keep(name)))
     rows = []
     try:
         with torch.no_grad():
-            for i in range(0, images.shape[0], CHUNK):
-                x = images[i:i + CHUNK].to(dev)
+            for idx in chunks:
+                x = images[idx].to(dev)
                 model(x if normalized else normalize(x, tm.spec))
                 rows.append(torch.cat([seen[n] for n in stats.layers], 1).cpu())
     finally:
         for h in hooks:
             h.remove()
     return torch.cat(rows, 0)
+
+
+def _grouped_bn(bn: nn.modules.batchnorm._BatchNorm, size: int):
+    """A forward for ``bn`` that normalises every consecutive group of ``size`` samples with that group's own batch
+    mean and biased variance (train-mode BatchNorm of each simulated batch), then applies the affine map."""
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        g = x.view(x.shape[0] // size, size, *x.shape[1:])
+        dims = (1,) + tuple(range(3, g.dim()))
+        mean = g.mean(dims, keepdim=True)
+        var = g.var(dims, unbiased=False, keepdim=True)
+        y = (g - mean) / torch.sqrt(var + bn.eps)
+        if bn.affine:
+            shape = (1, 1, -1) + (1,) * (g.dim() - 3)
+            y = y * bn.weight.view(shape) + bn.bias.view(shape)
+        return y.view_as(x)
+    return forward
+
+
+def split_batches(n: int, batch: int, rounds: int, g: torch.Generator) -> list[torch.Tensor]:
+    """``rounds`` random splits of n samples into batches of ``batch`` (each split leaves its remainder out; a batch
+    larger than n is all n)."""
+    batch = min(batch, n)
+    return [b for _ in range(rounds) for b in torch.randperm(n, generator=g).split(batch) if len(b) == batch]
+
+
+def matched_batches(labels: torch.Tensor, batch: int, shares: torch.Tensor, g: torch.Generator) -> list[torch.Tensor]:
+    """One batch per sample i: i first, then ``batch`` - 1 others drawn with replacement (i among them now and then:
+    with hundreds of samples it rarely matters) so that their classes come in ``shares``."""
+    per_class = torch.bincount(labels, minlength=shares.numel()).double()
+    weight = shares.double()[labels] / per_class[labels].clamp_min(1)
+    others = torch.multinomial(weight, (batch - 1) * labels.numel(), replacement=True, generator=g)
+    return [torch.cat([torch.tensor([i]), o]) for i, o in enumerate(others.view(labels.numel(), batch - 1))]
 
 
 def batch_moments(stats: bn_statistics.BNStatistics) -> torch.Tensor:
@@ -174,6 +226,28 @@ def refine(counts: torch.Tensor, x: torch.Tensor, m: torch.Tensor) -> tuple[torc
     return n, moves
 
 
+# K > 1, --aux-batches simulated: how many random splits of the aux set into batches of B give the class moments
+AUX_ROUNDS = 4
+
+
+@dataclass
+class MomentSystem:
+    """bn-count's whitened system: ``x`` [classes seen, J] the aux classes' moments, ``m`` [J] the client's, both
+    whitened; the counts n of ``samples`` samples solve x^T (n / samples) = m."""
+    x: torch.Tensor
+    m: torch.Tensor
+    seen: list[int]
+    samples: int
+    stats: bn_statistics.BNStatistics
+    fraction: float
+    aux_batches: str  # how the aux images were normalised (--aux-batches; "mixture" wherever the stats are exact)
+
+    def residual(self, counts: torch.Tensor) -> float:
+        """How far the counts (all classes, any total) leave the moments: ||x^T p - m|| / ||m||, p their shares."""
+        shares = counts.double()[self.seen] / max(float(counts.double().sum()), 1e-12)
+        return float((shares @ self.x - self.m).norm() / self.m.norm())
+
+
 # bn-count's class moments are means over the labelled aux images of each class; with fewer than this many in some
 # class they are noisy enough that the gradient methods do better on trained models: bn-count warns and `auto` keeps
 # the gradient route (docs/results/labels.md, "Smaller aux sets and another dataset")
@@ -225,6 +299,11 @@ class BNCount(LabelMethod):
                      "much (0-1; 1 = no whitening)"),
         MethodOption("moments", str, "both", "which batch moments to match: both (means and second moments) or mean",
                      ("both", "mean")),
+        MethodOption("aux-batches", str, "mixture", "K > 1: how the aux images are normalised: matched (each in a "
+                     "train-mode batch of the client's B whose other members come in the class shares of the "
+                     "simulated reading), simulated (the aux set split at random into such batches, AUX_ROUNDS times) or "
+                     "mixture (with the buffers' mixture statistics, as one step's exact ones)",
+                     ("matched", "simulated", "mixture")),
         MethodOption("path-fraction", str, "mixture", "K > 1: where along the update the aux moments are taken: "
                      "mixture (where the buffers' batches were, on average, under the recorded momentum) or a "
                      "fraction from 0 (the global model) to 1 (the client's final one)"),
@@ -255,7 +334,8 @@ class BNCount(LabelMethod):
             raise ValueError(f"bn-count: --path-fraction must be 'mixture' or a number in [0, 1], got {text!r}")
         return fraction
 
-    def run(self, tm: ThreatModel, session: Session) -> LabelResult:
+    def system(self, tm: ThreatModel, session: Session) -> "MomentSystem":
+        """The whitened linear system the counts solve, with the aux moments as ``--aux-batches`` says."""
         shrinkage = float(self.opt("shrinkage"))
         if not 0 < shrinkage <= 1:
             raise ValueError(f"bn-count: --shrinkage must be in (0, 1], got {shrinkage}")
@@ -266,33 +346,62 @@ class BNCount(LabelMethod):
         # a gradient upload reveals no final model: the global one stands for the whole path
         fraction = 0.0 if stats.exact or tm.meta.kind == "gradient" else self._fraction(tm, stats)
         model = tm.model if fraction == 0 else tm.model_along_update(fraction)
-        feats = aux_moments(tm, stats, aux.images, aux.normalized, model)
+        labels = aux.labels.long()
+        how = "mixture" if stats.exact or (tm.batch_size or 1) < 2 else str(self.opt("aux-batches"))
+        if how == "mixture":
+            feats = aux_moments(tm, stats, aux.images, aux.normalized, model)
+        else:  # each aux sample normalised by a simulated batch, as each client sample was by its own step's batch
+            g = torch.Generator().manual_seed(session.seed if session.seed is not None else 0)
+            b = min(tm.batch_size or 1, labels.numel())
+            batches = split_batches(labels.numel(), b, AUX_ROUNDS, g)
+            feats = aux_moments(tm, stats, aux.images, aux.normalized, model, batches)
+            split_labels = labels[torch.cat(batches)]
+            if how == "simulated":
+                return self._system(tm, stats, fraction, feats, split_labels, how)
+            # matched: batches composed like the client by the simulated reading (a sample of each class added)
+            first = self._solve(tm, self._system(tm, stats, fraction, feats, split_labels, "simulated"))
+            shares = (first.counts_int.double() + 0.5) / (first.counts_int.double() + 0.5).sum()
+            feats = aux_moments(tm, stats, aux.images, aux.normalized, model,
+                                matched_batches(labels, b, shares, g), first_only=True)
+        return self._system(tm, stats, fraction, feats, labels, how)
+
+    def _system(self, tm: ThreatModel, stats: bn_statistics.BNStatistics, fraction: float, feats: torch.Tensor,
+                labels: torch.Tensor, how: str) -> "MomentSystem":
+        shrinkage = float(self.opt("shrinkage"))
         observed = batch_moments(stats)
         if self.opt("moments") == "mean":
             half = torch.cat([torch.arange(2 * s.mean.numel()) < s.mean.numel() for s in stats.layers.values()])
             feats, observed = feats[:, half], observed[half]
-        c, b = tm.spec.num_classes, samples_in_update(tm)  # K > 1: the mixture read as one batch of B K
-        labels = aux.labels.long()
-        seen = [k for k in range(c) if bool((labels == k).any())]
+        seen = [k for k in range(tm.spec.num_classes) if bool((labels == k).any())]
         if len(seen) < 2:
             raise NotApplicable("bn-count needs labelled aux samples of at least two classes")
         design = torch.stack([feats[labels == k].mean(0) for k in seen])
         residuals = torch.cat([feats[labels == k] - design[i] for i, k in enumerate(seen)])
         x, m = whiten(design, observed, residuals, shrinkage)
+        return MomentSystem(x, m, seen, samples_in_update(tm), stats, fraction, how)
+
+    def _solve(self, tm: ThreatModel, system: "MomentSystem") -> LabelResult:
+        """The counts that solve ``system``: proportions on the simplex, integer counts, single-sample moves."""
+        x, m, seen, b = system.x, system.m, system.seen, system.samples  # K > 1: the mixture read as one batch of B K
         p = solve_proportions(x, m)
-        start = integer_counts(p * b, b)
-        n, moves = refine(start, x, m)
-        counts = torch.zeros(c, dtype=torch.float64)
-        counts_int = torch.zeros(c, dtype=torch.long)
+        n, moves = refine(integer_counts(p * b, b), x, m)
+        counts = torch.zeros(tm.spec.num_classes, dtype=torch.float64)
+        counts_int = torch.zeros(tm.spec.num_classes, dtype=torch.long)
         counts[seen] = p * b
         counts_int[seen] = n
-        fit = float(((n.double() / b) @ x - m).norm() / m.norm())
-        result = LabelResult(counts, counts_int, {
-            "bn_layers": len(stats.layers), "moments": int(x.shape[1]), "shrinkage": shrinkage,
-            "relative_residual": fit, "refine_moves": moves, "aux_classes": len(seen)})
+        return LabelResult(counts, counts_int, {
+            "bn_layers": len(system.stats.layers), "moments": int(x.shape[1]), "shrinkage": float(self.opt("shrinkage")),
+            "relative_residual": system.residual(counts_int), "refine_moves": moves, "aux_classes": len(seen)})
+
+    def run(self, tm: ThreatModel, session: Session) -> LabelResult:
+        system = self.system(tm, session)
+        stats, seen, c = system.stats, system.seen, tm.spec.num_classes
+        result = self._solve(tm, system)
+        fit = result.diagnostics["relative_residual"]
         result.diagnostics["local_steps"] = stats.steps
         if not stats.exact:
-            result.diagnostics["path_fraction"] = fraction
+            result.diagnostics["aux_batches"] = system.aux_batches
+            result.diagnostics["path_fraction"] = system.fraction
             change = tm.relative_change()
             result.diagnostics["relative_change"] = change
             result.diagnostics["mixture_doubts"] = mixture_doubts(fit, change)
@@ -306,7 +415,9 @@ class BNCount(LabelMethod):
                                        "where they explain the buffers")
         if len(seen) < c:
             result.warnings.append(f"{c - len(seen)} classes have no aux sample and get no samples")
-        fewest = fewest_per_class(labels)
+        aux_labels = self.aux_of(session).labels
+        assert aux_labels is not None  # system() refused unlabelled aux
+        fewest = fewest_per_class(aux_labels.long())
         result.diagnostics["aux_fewest_per_class"] = fewest
         if fewest < MIN_AUX_PER_CLASS:
             result.warnings.append(f"a class has only {fewest} labelled aux images (fewer than {MIN_AUX_PER_CLASS}): "
