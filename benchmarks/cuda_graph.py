@@ -87,13 +87,13 @@ def launches(tm, labels, attack, mode) -> dict:
 
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         t, _ = run(tm, labels, attack, PROFILE_ITERATIONS, mode)
-    counts = {"kernel": 0, "graph": 0}
     runtime = {e.key: e.count for e in prof.key_averages() if e.key.startswith("cu")}  # every runtime/driver call
-    for e in prof.key_averages():
-        if e.key.startswith(("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchCooperativeKernel")):
-            counts["kernel"] += e.count
-        elif e.key.startswith(("cudaGraphLaunch", "cuGraphLaunch")):
-            counts["graph"] += e.count
+    counts = {"kernel": 0, "graph": 0}
+    for key, count in runtime.items():
+        if key.startswith(("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchCooperativeKernel")):
+            counts["kernel"] += count
+        elif key.startswith(("cudaGraphLaunch", "cuGraphLaunch")):
+            counts["graph"] += count
     return {"kernel_launches_per_iter": counts["kernel"] / PROFILE_ITERATIONS,
             "graph_launches_per_iter": counts["graph"] / PROFILE_ITERATIONS, "ms_per_iter_profiled": t / PROFILE_ITERATIONS * 1e3,
             "runtime_calls": runtime}
