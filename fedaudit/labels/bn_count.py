@@ -33,12 +33,13 @@ Choices (each an option where it is one):
   collapses where the model moves far or is untrained (docs/results/labels.md, "bn-count on FedAvg deltas"). Above
   a relative residual of MIXTURE_MAX_RESIDUAL, or where the model moved MIXTURE_MAX_CHANGE of its norm or more, it
   warns (``auto`` then keeps its earlier route). ``--aux-batches``: each client batch was normalised with its own
-  statistics, not the mixture's; ``mixture`` (default) runs the aux images in eval mode under the mixture's
-  statistics, ``simulated`` in train-mode batches of the client's B (the aux set split at random), ``matched`` each
-  aux sample in a batch of B composed in the class shares of the simulated reading (small batches read better
-  simulated, skewed large ones matched or mixture: docs/results/labels.md, "bn-count's aux images in simulated
-  batches"; not yet the default, pending a held-out run of ``auto``). Classes without aux samples get no samples
-  (reported).
+  statistics, not the mixture's; ``mixture`` runs the aux images in eval mode under the mixture's
+  statistics, ``simulated`` in train-mode batches of the client's B (the aux set split at random), ``matched``
+  (default) each aux sample in a batch of B whose other members come in the class shares of the simulated reading
+  (one forward pass of B images per aux sample: ``matched_batches``). Small
+  batches read better simulated, skewed large ones matched or mixture; matched was within 1-3 points of the better
+  everywhere, and ``auto`` with it gained on held-out clients (docs/results/labels.md, "bn-count's aux images in
+  simulated batches"). Classes without aux samples get no samples (reported).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from fedaudit.channels import bn_statistics
 from fedaudit.conversion import optimizer_terms, path_fractions
@@ -78,12 +80,13 @@ BN_BUFFERS = Requirement("bn_buffers", "the client's BatchNorm buffers after its
 
 def aux_moments(tm: ThreatModel, stats: bn_statistics.BNStatistics, images: torch.Tensor,
                 normalized: bool, model: nn.Module | None = None, batches: list[torch.Tensor] | None = None,
-                first_only: bool = False) -> torch.Tensor:
+                kept: torch.Tensor | None = None) -> torch.Tensor:
     """[N', J] per-sample moments of ``images`` at every BN layer's input (per channel: spatial mean of x, then of
     x^2), every BN layer normalising with the recovered batch statistics; ``model``: other weights than the
     checkpoint's (K > 1: a model along the update). ``batches`` (index tensors of one size): instead, every BN layer
     normalises each of these simulated client batches with its own batch statistics (many batches per forward
-    pass, ``_grouped_bn``); the rows are their members in order, or (``first_only``) each batch's first member."""
+    pass, ``_grouped_bn``); the rows are their members in order, or only those where ``kept`` (a mask over the
+    batches' members in order) is true."""
     model = copy.deepcopy(tm.model if model is None else model).eval()
     modules = dict(model.named_modules())
     dev = next(model.parameters()).device
@@ -95,14 +98,19 @@ def aux_moments(tm: ThreatModel, stats: bn_statistics.BNStatistics, images: torc
         assert all(len(b) == size for b in batches)
         groups = max(1, 4 * CHUNK // size)  # batches per forward pass
         chunks = [torch.cat(batches[i:i + groups]) for i in range(0, len(batches), groups)]
+    masks = [None] * len(chunks) if kept is None else list(kept.split([len(c) for c in chunks]))
+    mask: list[torch.Tensor | None] = [None]  # the rows of the chunk in flight to keep
 
     def keep(name):
         def hook(module, inputs, output):
-            x = inputs[0].detach().double()
-            if first_only:
-                x = x[::size]
-            seen[name] = torch.cat([x.flatten(2).mean(2), x.pow(2).flatten(2).mean(2)], 1) if x.dim() > 2 \
-                else torch.cat([x, x.pow(2)], 1)
+            x = inputs[0].detach()
+            if mask[0] is not None:
+                x = x[mask[0].to(x.device)]
+            if x.dim() > 2:  # spatial means in the input's precision (float32: ~1e-7 relative), the rest in float64
+                seen[name] = torch.cat([x.flatten(2).mean(2), x.pow(2).flatten(2).mean(2)], 1).double()
+            else:
+                x = x.double()
+                seen[name] = torch.cat([x, x.pow(2)], 1)
         return hook
 
     hooks = []
@@ -117,7 +125,7 @@ def aux_moments(tm: ThreatModel, stats: bn_statistics.BNStatistics, images: torc
     rows = []
     try:
         with torch.no_grad():
-            for idx in chunks:
+            for idx, mask[0] in zip(chunks, masks):
                 x = images[idx].to(dev)
                 model(x if normalized else normalize(x, tm.spec))
                 rows.append(torch.cat([seen[n] for n in stats.layers], 1).cpu())
@@ -129,17 +137,16 @@ def aux_moments(tm: ThreatModel, stats: bn_statistics.BNStatistics, images: torc
 
 def _grouped_bn(bn: nn.modules.batchnorm._BatchNorm, size: int):
     """A forward for ``bn`` that normalises every consecutive group of ``size`` samples with that group's own batch
-    mean and biased variance (train-mode BatchNorm of each simulated batch), then applies the affine map."""
+    mean and biased variance (train-mode BatchNorm of each simulated batch), then applies the affine map: the groups
+    are laid side by side as channels of their own, [groups size, C, ...] -> [size, groups C, ...], so that one
+    train-mode ``F.batch_norm`` (with the affine parameters tiled) normalises each by its own statistics."""
     def forward(x: torch.Tensor) -> torch.Tensor:
-        g = x.view(x.shape[0] // size, size, *x.shape[1:])
-        dims = (1,) + tuple(range(3, g.dim()))
-        mean = g.mean(dims, keepdim=True)
-        var = g.var(dims, unbiased=False, keepdim=True)
-        y = (g - mean) / torch.sqrt(var + bn.eps)
-        if bn.affine:
-            shape = (1, 1, -1) + (1,) * (g.dim() - 3)
-            y = y * bn.weight.view(shape) + bn.bias.view(shape)
-        return y.view_as(x)
+        groups, rest = x.shape[0] // size, x.shape[1:]
+        side = x.view(groups, size, *rest).transpose(0, 1).reshape(size, groups * rest[0], *rest[1:])
+        weight = bn.weight.repeat(groups) if bn.affine else None
+        bias = bn.bias.repeat(groups) if bn.affine else None
+        y = F.batch_norm(side, None, None, weight, bias, training=True, eps=bn.eps)
+        return y.view(size, groups, *rest).transpose(0, 1).reshape(x.shape)
     return forward
 
 
@@ -150,13 +157,21 @@ def split_batches(n: int, batch: int, rounds: int, g: torch.Generator) -> list[t
     return [b for _ in range(rounds) for b in torch.randperm(n, generator=g).split(batch) if len(b) == batch]
 
 
-def matched_batches(labels: torch.Tensor, batch: int, shares: torch.Tensor, g: torch.Generator) -> list[torch.Tensor]:
-    """One batch per sample i: i first, then ``batch`` - 1 others drawn with replacement (i among them now and then:
-    with hundreds of samples it rarely matters) so that their classes come in ``shares``."""
+def matched_batches(labels: torch.Tensor, batch: int, shares: torch.Tensor,
+                    g: torch.Generator) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
+    """One batch per aux sample i: i first (kept), then ``batch`` - 1 batch-mates drawn with replacement so that
+    their classes come in ``shares`` (i among them now and then: with hundreds of samples it rarely matters).
+    Returns (batches, the kept mask over their members in order, the kept samples' indices in that order).
+    Each sample gets a batch of its own: letting the samples of a class share batches (far cheaper) made the class's
+    rows share a few batches' statistics, and one-class clients read 75-78% on their class instead of 100
+    (docs/results/labels.md, "bn-count's aux images in simulated batches")."""
     per_class = torch.bincount(labels, minlength=shares.numel()).double()
     weight = shares.double()[labels] / per_class[labels].clamp_min(1)
-    others = torch.multinomial(weight, (batch - 1) * labels.numel(), replacement=True, generator=g)
-    return [torch.cat([torch.tensor([i]), o]) for i, o in enumerate(others.view(labels.numel(), batch - 1))]
+    mates = torch.multinomial(weight, (batch - 1) * labels.numel(), replacement=True, generator=g)
+    batches = [torch.cat([torch.tensor([i]), m]) for i, m in enumerate(mates.view(labels.numel(), batch - 1))]
+    kept = torch.zeros(labels.numel(), batch, dtype=torch.bool)
+    kept[:, 0] = True
+    return batches, kept.flatten(), torch.arange(labels.numel())
 
 
 def batch_moments(stats: bn_statistics.BNStatistics) -> torch.Tensor:
@@ -299,7 +314,7 @@ class BNCount(LabelMethod):
                      "much (0-1; 1 = no whitening)"),
         MethodOption("moments", str, "both", "which batch moments to match: both (means and second moments) or mean",
                      ("both", "mean")),
-        MethodOption("aux-batches", str, "mixture", "K > 1: how the aux images are normalised: matched (each in a "
+        MethodOption("aux-batches", str, "matched", "K > 1: how the aux images are normalised: matched (each in a "
                      "train-mode batch of the client's B whose other members come in the class shares of the "
                      "simulated reading), simulated (the aux set split at random into such batches, AUX_ROUNDS times) or "
                      "mixture (with the buffers' mixture statistics, as one step's exact ones)",
@@ -361,8 +376,9 @@ class BNCount(LabelMethod):
             # matched: batches composed like the client by the simulated reading (a sample of each class added)
             first = self._solve(tm, self._system(tm, stats, fraction, feats, split_labels, "simulated"))
             shares = (first.counts_int.double() + 0.5) / (first.counts_int.double() + 0.5).sum()
-            feats = aux_moments(tm, stats, aux.images, aux.normalized, model,
-                                matched_batches(labels, b, shares, g), first_only=True)
+            batches, kept, order = matched_batches(labels, b, shares, g)
+            feats = aux_moments(tm, stats, aux.images, aux.normalized, model, batches, kept)
+            labels = labels[order]
         return self._system(tm, stats, fraction, feats, labels, how)
 
     def _system(self, tm: ThreatModel, stats: bn_statistics.BNStatistics, fraction: float, feats: torch.Tensor,
