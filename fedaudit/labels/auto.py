@@ -261,6 +261,9 @@ class Auto(LabelMethod):
                      "ensemble on other FedAvg deltas (bn-count first on BN buffers' mixtures it explains), "
                      "evidence elsewhere",
                      ("hybrid", "evidence", "rules", "ensemble")),
+        MethodOption("bn-aux-batches", str, "matched", "hybrid, FedAvg deltas with BN buffers: how bn-count's route "
+                     "normalises the aux images (bn-count's --aux-batches; mixture: the earlier, cheaper reading)",
+                     ("matched", "simulated", "mixture")),
     )
 
     @classmethod
@@ -379,7 +382,7 @@ class Auto(LabelMethod):
         if few:
             notes["bn_count_skipped"] = few
             return None, None
-        runs, skipped = _run_each(tm, session, ("bn-count",))
+        runs, skipped = _run_each(tm, session, ("bn-count",), {"bn-count": {"aux-batches": self.opt("bn-aux-batches")}})
         if not runs:
             notes["bn_count_skipped"] = skipped.get("bn-count", "not applicable")
             return None, None

@@ -162,8 +162,8 @@ def matched_batches(labels: torch.Tensor, batch: int, shares: torch.Tensor,
     """One batch per aux sample i: i first (kept), then ``batch`` - 1 batch-mates drawn with replacement so that
     their classes come in ``shares`` (i among them now and then: with hundreds of samples it rarely matters).
     Returns (batches, the kept mask over their members in order, the kept samples' indices in that order).
-    Each sample gets a batch of its own: letting the samples of a class share batches (far cheaper) made the class's
-    rows share a few batches' statistics, and one-class clients read 75-78% on their class instead of 100
+    Each sample gets a batch of its own (B forward rows per sample): batches shared by several kept samples were far
+    cheaper but make a class's rows share a few batches' statistics, and were not measured as widely
     (docs/results/labels.md, "bn-count's aux images in simulated batches")."""
     per_class = torch.bincount(labels, minlength=shares.numel()).double()
     weight = shares.double()[labels] / per_class[labels].clamp_min(1)
