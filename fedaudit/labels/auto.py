@@ -414,8 +414,9 @@ class Auto(LabelMethod):
     @staticmethod
     def _mixture_reading(tm: ThreatModel, session: Session, run) -> list:
         """bn-count's reading with the aux images under the BN mixture's statistics (``--aux-batches mixture``) where
-        ``run`` read them otherwise and it passes its checks: [that run], else []."""
-        if run[1].diagnostics.get("aux_batches") in (None, "mixture"):
+        ``run`` read them otherwise, the one-class call can fire (one negative output-bias entry) and it passes its
+        checks: [that run], else []."""
+        if run[1].diagnostics.get("aux_batches") in (None, "mixture") or _negative_entries(tm) != 1:
             return []
         runs, _ = _run_each(tm, session, ("bn-count",), {"bn-count": {"aux-batches": "mixture"}})
         return [r for r in runs if not r[1].diagnostics["mixture_doubts"]]
