@@ -80,13 +80,12 @@ BN_BUFFERS = Requirement("bn_buffers", "the client's BatchNorm buffers after its
 
 def aux_moments(tm: ThreatModel, stats: bn_statistics.BNStatistics, images: torch.Tensor,
                 normalized: bool, model: nn.Module | None = None, batches: list[torch.Tensor] | None = None,
-                kept: torch.Tensor | None = None) -> torch.Tensor:
+                first_only: bool = False) -> torch.Tensor:
     """[N', J] per-sample moments of ``images`` at every BN layer's input (per channel: spatial mean of x, then of
     x^2), every BN layer normalising with the recovered batch statistics; ``model``: other weights than the
     checkpoint's (K > 1: a model along the update). ``batches`` (index tensors of one size): instead, every BN layer
     normalises each of these simulated client batches with its own batch statistics (many batches per forward
-    pass, ``_grouped_bn``); the rows are their members in order, or only those where ``kept`` (a mask over the
-    batches' members in order) is true."""
+    pass, ``_grouped_bn``); the rows are their members in order, or (``first_only``) each batch's first member."""
     model = copy.deepcopy(tm.model if model is None else model).eval()
     modules = dict(model.named_modules())
     dev = next(model.parameters()).device
@@ -98,14 +97,12 @@ def aux_moments(tm: ThreatModel, stats: bn_statistics.BNStatistics, images: torc
         assert all(len(b) == size for b in batches)
         groups = max(1, 4 * CHUNK // size)  # batches per forward pass
         chunks = [torch.cat(batches[i:i + groups]) for i in range(0, len(batches), groups)]
-    masks = [None] * len(chunks) if kept is None else list(kept.split([len(c) for c in chunks]))
-    mask: list[torch.Tensor | None] = [None]  # the rows of the chunk in flight to keep
 
     def keep(name):
         def hook(module, inputs, output):
             x = inputs[0].detach()
-            if mask[0] is not None:
-                x = x[mask[0].to(x.device)]
+            if first_only:
+                x = x[::size]
             if x.dim() > 2:  # spatial means in the input's precision (float32: ~1e-7 relative), the rest in float64
                 seen[name] = torch.cat([x.flatten(2).mean(2), x.pow(2).flatten(2).mean(2)], 1).double()
             else:
@@ -125,7 +122,7 @@ def aux_moments(tm: ThreatModel, stats: bn_statistics.BNStatistics, images: torc
     rows = []
     try:
         with torch.no_grad():
-            for idx, mask[0] in zip(chunks, masks):
+            for idx in chunks:
                 x = images[idx].to(dev)
                 model(x if normalized else normalize(x, tm.spec))
                 rows.append(torch.cat([seen[n] for n in stats.layers], 1).cpu())
@@ -157,21 +154,16 @@ def split_batches(n: int, batch: int, rounds: int, g: torch.Generator) -> list[t
     return [b for _ in range(rounds) for b in torch.randperm(n, generator=g).split(batch) if len(b) == batch]
 
 
-def matched_batches(labels: torch.Tensor, batch: int, shares: torch.Tensor,
-                    g: torch.Generator) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
-    """One batch per aux sample i: i first (kept), then ``batch`` - 1 batch-mates drawn with replacement so that
-    their classes come in ``shares`` (i among them now and then: with hundreds of samples it rarely matters).
-    Returns (batches, the kept mask over their members in order, the kept samples' indices in that order).
+def matched_batches(labels: torch.Tensor, batch: int, shares: torch.Tensor, g: torch.Generator) -> list[torch.Tensor]:
+    """One batch per aux sample i: i first, then ``batch`` - 1 batch-mates drawn with replacement so that their
+    classes come in ``shares`` (i among them now and then: with hundreds of samples it rarely matters).
     Each sample gets a batch of its own (B forward rows per sample): batches shared by several kept samples were far
     cheaper but make a class's rows share a few batches' statistics, and were not measured as widely
     (docs/results/labels.md, "bn-count's aux images in simulated batches")."""
     per_class = torch.bincount(labels, minlength=shares.numel()).double()
     weight = shares.double()[labels] / per_class[labels].clamp_min(1)
     mates = torch.multinomial(weight, (batch - 1) * labels.numel(), replacement=True, generator=g)
-    batches = [torch.cat([torch.tensor([i]), m]) for i, m in enumerate(mates.view(labels.numel(), batch - 1))]
-    kept = torch.zeros(labels.numel(), batch, dtype=torch.bool)
-    kept[:, 0] = True
-    return batches, kept.flatten(), torch.arange(labels.numel())
+    return [torch.cat([torch.tensor([i]), m]) for i, m in enumerate(mates.view(labels.numel(), batch - 1))]
 
 
 def batch_moments(stats: bn_statistics.BNStatistics) -> torch.Tensor:
@@ -376,9 +368,8 @@ class BNCount(LabelMethod):
             # matched: batches composed like the client by the simulated reading (a sample of each class added)
             first = self._solve(tm, self._system(tm, stats, fraction, feats, split_labels, "simulated"))
             shares = (first.counts_int.double() + 0.5) / (first.counts_int.double() + 0.5).sum()
-            batches, kept, order = matched_batches(labels, b, shares, g)
-            feats = aux_moments(tm, stats, aux.images, aux.normalized, model, batches, kept)
-            labels = labels[order]
+            feats = aux_moments(tm, stats, aux.images, aux.normalized, model,
+                                matched_batches(labels, b, shares, g), first_only=True)
         return self._system(tm, stats, fraction, feats, labels, how)
 
     def _system(self, tm: ThreatModel, stats: bn_statistics.BNStatistics, fraction: float, feats: torch.Tensor,
