@@ -15,21 +15,18 @@ from .mnist_lenet import server_view as _tm
 def test_client_fit_beats_rlu_on_momentum_clients_of_an_untrained_lenet(digits):
     """K = 6 heavy-ball steps (momentum 0.9, lr 0.01, B = 8) of an untrained DLG LeNet: the model moves fast and not
     along a straight line, so RLU's path is wrong; the fitted simulation follows it (DLG LeNet probe, K = 10:
-    +22 points over RLU at momentum 0.9, docs/results/labels.md, "client-fit")."""
+    +22 points over RLU at momentum 0.9, docs/results/labels.md, "client-fit"). One client: 0.94 against 0.73 when
+    written (a second one, seed 81: 0.94 against 0.71)."""
     x, y, aux = digits
-    fitted, rlu = [], []
-    for trial in range(2):
-        idx = torch.randint(2000, (48,), generator=torch.Generator().manual_seed(80 + trial))
-        tm = _tm(x[idx], y[idx], CaptureConfig(batch_size=8, local_steps=6, lr=0.01, momentum=0.9, kind="delta",
-                                               bn_mode="eval"))
-        r = LabelJob(Session(aux=aux), tm, "client-fit").result()
-        d = r.diagnostics
-        assert d["init"] == "uniform" and len(d["step_mixes"]) == 6 and int(r.counts_int.sum()) == 48
-        assert d["fit"] < 0.5 * d["initial_fit"], d  # the fit improves on a uniform mix
-        fitted.append(insacc(r, y[idx]))
-        rlu.append(insacc(LabelJob(Session(aux=aux), tm, "rlu").result(), y[idx]))
-    print(fitted, rlu)
-    assert sum(fitted) >= sum(rlu) + 0.25, (fitted, rlu)  # 1.88 against 1.44 when written
+    idx = torch.randint(2000, (48,), generator=torch.Generator().manual_seed(80))
+    tm = _tm(x[idx], y[idx], CaptureConfig(batch_size=8, local_steps=6, lr=0.01, momentum=0.9, kind="delta",
+                                           bn_mode="eval"))
+    r = LabelJob(Session(aux=aux), tm, "client-fit").result()
+    d = r.diagnostics
+    assert d["init"] == "uniform" and len(d["step_mixes"]) == 6 and int(r.counts_int.sum()) == 48
+    assert d["fit"] < 0.5 * d["initial_fit"], d  # the fit improves on a uniform mix
+    fitted, rlu = insacc(r, y[idx]), insacc(LabelJob(Session(aux=aux), tm, "rlu").result(), y[idx])
+    assert fitted >= rlu + 0.12, (fitted, rlu)
 
 
 def test_client_fit_options_and_a_one_step_gradient(digits):

@@ -138,20 +138,22 @@ def test_auto_averages_the_methods_on_a_fast_moving_fedavg_delta(digits):
         idx = torch.randperm(2000, generator=torch.Generator().manual_seed(30 + trial))[:64]
         tm = _tm(x[idx], y[idx], CaptureConfig(batch_size=16, local_steps=4, lr=0.1, kind="delta", bn_mode="eval"),
                  model=model)
-        chosen = LabelJob(Session(aux=aux), tm, "auto", {"strategy": "ensemble"}).result()
-        d = chosen.diagnostics
-        assert d["strategy"] == "ensemble" and len(d["members"]) >= 4, d.get("members")
-        member_counts = torch.tensor([c["counts"] for c in d["candidates"]], dtype=torch.float64)
-        assert chosen.counts_int.tolist() == integer_counts(member_counts.mean(0), 64).tolist()
+        hybrid = LabelJob(Session(aux=aux), tm, "auto").result()
+        d = hybrid.diagnostics
+        # RLU's path does not explain the update here (residual 0.68 and 0.80 of its norm when written)
+        assert d["strategy"] == "hybrid, client-fit on a delta" and d["rlu_residual"] > 0.1
+        # the hybrid runs the ensemble's members first and reports them and their mean (the ensemble's answer)
+        member_counts = torch.tensor([c["counts"] for c in d["candidates"] if c["method"] != "client-fit"],
+                                     dtype=torch.float64)
+        assert len(member_counts) >= 4 and d["ensemble_counts"] == integer_counts(member_counts.mean(0), 64).tolist()
+        if trial == 0:  # and ``--strategy ensemble`` gives the same answer
+            chosen = LabelJob(Session(aux=aux), tm, "auto", {"strategy": "ensemble"}).result()
+            assert chosen.diagnostics["strategy"] == "ensemble" and chosen.counts_int.tolist() == d["ensemble_counts"]
         truth = torch.bincount(y[idx], minlength=10)
         members = [label_metrics(c, truth)["InsAcc"] for c in member_counts.long()]
-        ens_acc.append(insacc(chosen, y[idx]))
+        ens_acc.append(label_metrics(torch.tensor(d["ensemble_counts"]), truth)["InsAcc"])
         assert ens_acc[-1] >= sum(members) / len(members) - 5 / 64, (ens_acc[-1], members)  # rounding: <= 5 samples
         ev_acc.append(insacc(LabelJob(Session(aux=aux), tm, "auto", {"strategy": "evidence"}).result(), y[idx]))
-        hybrid = LabelJob(Session(aux=aux), tm, "auto").result()
-        # RLU's path does not explain the update here (residual 0.68 and 0.80 of its norm when written)
-        assert hybrid.diagnostics["strategy"] == "hybrid, client-fit on a delta" and hybrid.diagnostics["rlu_residual"] > 0.1
-        assert hybrid.diagnostics["ensemble_counts"] == chosen.counts_int.tolist()
         hybrid_acc.append(insacc(hybrid, y[idx]))
     print(ens_acc, ev_acc, hybrid_acc)
     assert sum(ens_acc) >= sum(ev_acc) + 0.10, (ens_acc, ev_acc)
@@ -251,13 +253,16 @@ def test_the_path_to_the_clients_final_model(digits, momentum, wd):
 
 
 @pytest.mark.slow
-def test_labels_fedavg_benchmark_runs_a_small_grid(tmp_path):
+def test_labels_fedavg_benchmark_runs_a_small_grid_with_records_and_their_summary(tmp_path):
     """The FedAvg label benchmark on a 2-row grid per state: every method applies, auto and auto-rules are columns,
-    the two-class batches hold two classes, and the table marks the best single method."""
+    the table marks the best single method, and the benchmark's two-class batches hold two classes. ``--records`` writes every
+    client's true counts and each method's counts; auto's client-fit is reused for the client-fit column (the same
+    computation), and the summary reads the records against an earlier auto run."""
     from benchmarks import labels_fedavg as bench
+    from benchmarks.labels_fedavg_summary import summarise
 
-    assert bench.main(["--models", "lenet", "--K", "1,2", "--lr", "0.05", "--momentum", "0", "--B", "4",
-                       "--batch", "two-class", "--trials", "1", "--threads", "1", "--out", str(tmp_path)]) == 0
+    assert bench.main(["--models", "lenet", "--K", "1,2", "--lr", "0.01", "--momentum", "0", "--B", "4",
+                       "--batch", "random", "--trials", "1", "--threads", "1", "--records", "--out", str(tmp_path)]) == 0
     rows = json.loads((tmp_path / "labels_fedavg.json").read_text())
     assert [(r["state"], r["K"]) for r in rows] == [("random init", 1), ("random init", 2), ("trained", 1), ("trained", 2)]
     assert all(set(bench.METHODS) <= set(r["InsAcc"]) for r in rows)
@@ -267,26 +272,20 @@ def test_labels_fedavg_benchmark_runs_a_small_grid(tmp_path):
     g = torch.Generator().manual_seed(0)
     _, y = mnist_digits()
     assert len(set(y[bench.victims(y, 8, "two-class", g)].tolist())) == 2
-
-
-def test_labels_fedavg_records_and_their_summary(tmp_path):
-    """``--records`` writes every client's true counts and each method's counts; auto's client-fit is reused for the
-    client-fit column (the same computation), and the summary reads the records against an earlier auto run."""
-    from benchmarks import labels_fedavg as bench
-    from benchmarks.labels_fedavg_summary import summarise
-
-    assert bench.main(["--models", "lenet", "--K", "2", "--lr", "0.01", "--momentum", "0", "--B", "4", "--batch",
-                       "random", "--trials", "1", "--threads", "1", "--records", "--methods",
-                       "bias-count,zlg,ilrg,llg,llg-plus,rlu,auto,client-fit,auto-ensemble", "--out", str(tmp_path)]) == 0
     records = [json.loads(line) for line in (tmp_path / "labels_fedavg_clients.jsonl").read_text().splitlines()]
-    assert [r["state"] for r in records] == ["random init", "trained"] and all(sum(r["truth"]) == 8 for r in records)
+    assert [(r["state"], r["K"]) for r in records] == [(r["state"], r["K"]) for r in rows]
+    assert all(sum(r["truth"]) == 4 * r["K"] for r in records)
+    reused = 0
     for r in records:
         auto, fit = r["methods"]["auto"], r["methods"]["client-fit"]
         if auto["strategy"] == "hybrid, client-fit on a delta":
             assert fit["from"] == "auto" and fit["counts"] == auto["counts"]
-        assert sum(fit["counts"]) == 8 and 0 <= fit["InsAcc"] <= 1
+            reused += 1
+        assert sum(fit["counts"]) == 4 * r["K"] and 0 <= fit["InsAcc"] <= 1
+    print([r["methods"]["auto"]["strategy"] for r in records])
+    assert reused >= 1
     table = summarise([tmp_path], tmp_path, [])
-    assert "| all |  |  | 2 |" in table and "now - before: +0.00" in table
+    assert "| all |  |  | 4 |" in table and "now - before: +0.00" in table
 
 
 def test_auto_picks_the_exact_method_on_b4_batches_of_a_dlg_init_lenet(digits):
@@ -328,7 +327,10 @@ def test_auto_takes_client_fit_on_a_dirichlet_client_delta_of_a_model_without_ba
         assert d["strategy"] == "hybrid, client-fit on a delta" and d["chosen"] == "client-fit", d["strategy"]
         assert len(d["ensemble_counts"]) == 10 and [c["method"] for c in d["candidates"]][-1] == "client-fit"
         routed.append(insacc(chosen, y[idx]))
-        ensemble.append(insacc(LabelJob(Session(aux=aux), tm, "auto", {"strategy": "ensemble"}).result(), y[idx]))
+        # the hybrid's ensemble_counts are what ``--strategy ensemble`` returns on a model without batch statistics
+        # (the same members, options and seeds; asserted in test_auto_averages_the_methods_on_a_fast_moving_fedavg_delta)
+        truth = torch.bincount(y[idx], minlength=10)
+        ensemble.append(label_metrics(torch.tensor(d["ensemble_counts"]), truth)["InsAcc"])
     print(routed, ensemble)
     assert sum(routed) >= sum(ensemble) + 0.2, (routed, ensemble)  # 1.59 against 1.28 when written (four: 3.38, 2.61)
     # a model without BatchNorm recorded with bn_mode "train" has no batch statistics either: the same route

@@ -56,6 +56,7 @@ from fedaudit.labels.base import LabelMethod, LabelResult, integer_counts
 from fedaudit.labels.evidence import Evidence
 from fedaudit.labels.features import head_stats
 from fedaudit.methods import MethodOption
+from fedaudit.models.head import shared_head_passes
 from fedaudit.session import Aux, Session
 from fedaudit.threat_model import ThreatModel
 
@@ -279,7 +280,8 @@ class Auto(LabelMethod):
 
     def run(self, tm: ThreatModel, session: Session) -> LabelResult:
         notes: dict = {}  # what a route tried and left, reported beside the chosen one
-        result = self._choose(tm, session, notes)
+        with shared_head_passes():  # the methods it runs probe the head with the same images: one pass each
+            result = self._choose(tm, session, notes)
         result.diagnostics.update(notes)
         return result
 

@@ -2,9 +2,15 @@
 
 The forward runs on copies of the buffers (train-mode BatchNorm updates land on the copies), so a checkpoint's
 running statistics are never touched. Label methods, RGLA's inverter training and metrics all read features here.
+Within ``shared_head_passes()`` a repeated pass (the same model, unchanged, and equal images) returns the earlier
+result: ``labels auto`` runs several methods that each probe the head with the same aux images or dummies, and on a
+large model each pass costs seconds.
 """
 
 from __future__ import annotations
+
+import contextlib
+import weakref
 
 import torch
 from torch import nn
@@ -40,10 +46,57 @@ def _forward_head(model: nn.Module, head: nn.Module, x: torch.Tensor, train: boo
     return captured["h"].flatten(1), captured["z"]
 
 
+_SHARED: list | None = None  # passes kept while shared_head_passes() is on: [(key, model ref, images, version, h, z)]
+
+
+@contextlib.contextmanager
+def shared_head_passes():
+    """Within the block, ``output_layer_io`` returns (copies of) an earlier pass's result where the model is the same
+    object with the same parameters and buffers (each tensor's identity, storage and in-place version unchanged), the
+    images are equal and every other argument matches. Passes that draw random numbers (a train-mode forward through
+    dropout) or that a forward hook watches are never shared. Nested blocks share the outer one's passes."""
+    global _SHARED
+    outer = _SHARED
+    _SHARED = [] if outer is None else outer
+    try:
+        yield
+    finally:
+        _SHARED = outer
+
+
+def _hooked(model: nn.Module) -> bool:
+    """Whether a forward hook watches the pass (gdbr reads a layer's output so): such a pass is never shared."""
+    from torch.nn.modules import module as module_globals
+
+    return bool(module_globals._global_forward_hooks or module_globals._global_forward_pre_hooks) \
+        or any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
+
+
+def _state_stamp(model: nn.Module) -> tuple:
+    return tuple((id(t), t.data_ptr(), t._version) for t in [*model.parameters(), *model.buffers()])
+
+
 def output_layer_io(model: nn.Module, spec: ModelSpec, final_layer: str, images: torch.Tensor, train_bn: bool,
                     normalized: bool = False, chunk: int = CHUNK):
     """Input [N, M] and output [N, C] of the output layer ``final_layer`` for ``images``, in float64.
     In train-mode BN the statistics are those of each chunk (the whole batch when it fits one chunk)."""
+    shared = _SHARED is not None and not _hooked(model) \
+        and not (train_bn and any(isinstance(m, nn.modules.dropout._DropoutNd) for m in model.modules()))
+    if not shared:
+        return _output_layer_io(model, spec, final_layer, images, train_bn, normalized, chunk)
+    assert _SHARED is not None
+    key = (final_layer, train_bn, normalized, chunk, spec, _state_stamp(model))
+    for k, ref, kept, version, h, z in _SHARED:
+        if k == key and ref() is model and kept._version == version and kept.shape == images.shape \
+                and kept.dtype == images.dtype and kept.device == images.device and torch.equal(kept, images):
+            return h.clone(), z.clone()
+    h, z = _output_layer_io(model, spec, final_layer, images, train_bn, normalized, chunk)
+    _SHARED.append((key, weakref.ref(model), images, images._version, h, z))
+    return h.clone(), z.clone()
+
+
+def _output_layer_io(model: nn.Module, spec: ModelSpec, final_layer: str, images: torch.Tensor, train_bn: bool,
+                     normalized: bool, chunk: int):
     head = dict(model.named_modules())[final_layer]
     has_bn = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
     dev = next(model.parameters()).device

@@ -7,11 +7,11 @@ from __future__ import annotations
 from benchmarks.fuzz import fuzz
 
 
-def test_500_mutated_files_through_the_readers_keep_the_error_contract():
-    rows = fuzz(500, seed=1, fast=True)
+def test_300_mutated_files_through_the_readers_keep_the_error_contract():
+    rows = fuzz(300, seed=1, fast=True)  # more on demand: python -m benchmarks.fuzz
     broken = [r for r in rows if r["problems"]]
     assert not broken, broken[:3]
-    assert sum(r["exit"] == 2 for r in rows) > 300  # most mutations are bad input, and are reported as such
+    assert sum(r["exit"] == 2 for r in rows) > 180  # most mutations are bad input, and are reported as such
     assert {r["target"] for r in rows} == {"update", "checkpoint", "truth", "labels-file", "npz", "images"}
     assert {r["command"] for r in rows} >= {"inspect", "labels llg", "reconstruct ig", "import flower-npz", "capture"}
 
