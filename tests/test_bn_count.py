@@ -191,7 +191,8 @@ def test_bn_count_reads_the_mixture_of_a_delta_that_moved_little_and_warns_where
     """K > 1: the buffers' momentum-weighted mixture read as one batch of B K; on a trained model at lr 0.01 it
     explains the buffers (residual below MIXTURE_MAX_RESIDUAL) and counts the batches at least as well as bias-count; at
     lr 0.5 the model moves too far and bn-count says so. The aux images under the mixture's statistics (the cheap
-    reading; matched batches are the default, read in the other tests)."""
+    reading, which the default (by-steps) also takes at K = 2; matched batches, its choice from K = 4, are read in the other
+    tests)."""
     from fedaudit.labels.bn_count import MIXTURE_MAX_CHANGE, MIXTURE_MAX_RESIDUAL
 
     x, y, aux, model = setting
@@ -224,6 +225,9 @@ def test_bn_count_reads_the_mixture_of_a_delta_that_moved_little_and_warns_where
     assert elsewhere.diagnostics["chosen"] != "bn-count"
     rejected = elsewhere.diagnostics["bn_count_rejected"]
     assert rejected["counts"] == r.counts_int.tolist() and rejected["relative_residual"] >= MIXTURE_MAX_RESIDUAL
+    # the default (by-steps) reads a delta of fewer than MATCHED_MIN_STEPS steps under the mixture's statistics too
+    default = LabelJob(Session(aux=aux), tm, "bn-count").result()
+    assert default.diagnostics["aux_batches"] == "mixture" and default.counts_int.tolist() == last.counts_int.tolist()
 
 
 def test_auto_doubts_a_one_class_reading_of_a_two_class_client_and_keeps_it_for_a_one_class_one(setting):
@@ -262,6 +266,7 @@ def test_auto_doubts_a_one_class_reading_of_a_two_class_client_and_keeps_it_for_
     job = LabelJob(Session(aux=aux), tm, "auto")
     r = job.result()
     assert r.labels == [7] * 32 and r.diagnostics["strategy"] == "hybrid, one class (BN mixture)"
+    assert r.diagnostics["bn_count_fit"]["aux_batches"] == "matched"  # by-steps at K = 4: matched
     # there the class comes from the K batches' BN mixture: no "assumes one local step" warning
     assert not any("one local step" in w for w in job.reliability_warnings(r, {})), job.reliability_warnings(r, {})
 

@@ -262,9 +262,10 @@ class Auto(LabelMethod):
                      "ensemble on other FedAvg deltas (bn-count first on BN buffers' mixtures it explains), "
                      "evidence elsewhere",
                      ("hybrid", "evidence", "rules", "ensemble")),
-        MethodOption("bn-aux-batches", str, "matched", "hybrid, FedAvg deltas with BN buffers: how bn-count's route "
-                     "normalises the aux images (bn-count's --aux-batches; mixture: the earlier, cheaper reading)",
-                     ("matched", "simulated", "mixture")),
+        MethodOption("bn-aux-batches", str, "by-steps", "hybrid, FedAvg deltas with BN buffers: how bn-count's route "
+                     "normalises the aux images (bn-count's --aux-batches; by-steps: matched from 4 local steps, "
+                     "mixture below; mixture: the earlier, cheaper reading)",
+                     ("by-steps", "matched", "simulated", "mixture")),
     )
 
     @classmethod

@@ -35,11 +35,12 @@ Choices (each an option where it is one):
   warns (``auto`` then keeps its earlier route). ``--aux-batches``: each client batch was normalised with its own
   statistics, not the mixture's; ``mixture`` runs the aux images in eval mode under the mixture's
   statistics, ``simulated`` in train-mode batches of the client's B (the aux set split at random), ``matched``
-  (default) each aux sample in a batch of B whose other members come in the class shares of the simulated reading
-  (one forward pass of B images per aux sample: ``matched_batches``). Small
+  each aux sample in a batch of B whose other members come in the class shares of the simulated reading
+  (one forward pass of B images per aux sample: ``matched_batches``); ``by-steps`` (default) matched from
+  MATCHED_MIN_STEPS local steps, mixture below. Small
   batches read better simulated, skewed large ones matched or mixture; matched was within 1-3 points of the better
-  everywhere, and ``auto`` with it gained on held-out clients (docs/results/labels.md, "bn-count's aux images in
-  simulated batches"). Classes without aux samples get no samples (reported).
+  at K = 4 and 8, and ``auto`` with it gained on held-out clients there, but lost 3 points at K = 2
+  (docs/results/labels.md, "bn-count's aux images in simulated batches"). Classes without aux samples get no samples (reported).
 """
 
 from __future__ import annotations
@@ -233,6 +234,11 @@ def refine(counts: torch.Tensor, x: torch.Tensor, m: torch.Tensor) -> tuple[torc
     return n, moves
 
 
+# --aux-batches by-steps (default): matched from this many local steps, the mixture's statistics below. Matched
+# gained at K = 4 and 8 on held-out clients and lost at K = 2 on two sets of clients (set 4, B = 24: -3.5 points on 12;
+# K = 2, B 8/32: -3.0 +- 1.3 on 16); K = 3 is not measured and keeps the earlier reading (docs/results/labels.md,
+# "bn-count's aux images in simulated batches")
+MATCHED_MIN_STEPS = 4
 # K > 1, --aux-batches simulated: how many random splits of the aux set into batches of B give the class moments
 AUX_ROUNDS = 4
 
@@ -306,11 +312,12 @@ class BNCount(LabelMethod):
                      "much (0-1; 1 = no whitening)"),
         MethodOption("moments", str, "both", "which batch moments to match: both (means and second moments) or mean",
                      ("both", "mean")),
-        MethodOption("aux-batches", str, "matched", "K > 1: how the aux images are normalised: matched (each in a "
+        MethodOption("aux-batches", str, "by-steps", "K > 1: how the aux images are normalised: matched (each in a "
                      "train-mode batch of the client's B whose other members come in the class shares of the "
-                     "simulated reading), simulated (the aux set split at random into such batches, AUX_ROUNDS times) or "
-                     "mixture (with the buffers' mixture statistics, as one step's exact ones)",
-                     ("matched", "simulated", "mixture")),
+                     "simulated reading), simulated (the aux set split at random into such batches, AUX_ROUNDS times), "
+                     "mixture (with the buffers' mixture statistics, as one step's exact ones) or by-steps (matched "
+                     f"from K = {MATCHED_MIN_STEPS} local steps, mixture below)",
+                     ("by-steps", "matched", "simulated", "mixture")),
         MethodOption("path-fraction", str, "mixture", "K > 1: where along the update the aux moments are taken: "
                      "mixture (where the buffers' batches were, on average, under the recorded momentum) or a "
                      "fraction from 0 (the global model) to 1 (the client's final one)"),
@@ -355,6 +362,8 @@ class BNCount(LabelMethod):
         model = tm.model if fraction == 0 else tm.model_along_update(fraction)
         labels = aux.labels.long()
         how = "mixture" if stats.exact or (tm.batch_size or 1) < 2 else str(self.opt("aux-batches"))
+        if how == "by-steps":
+            how = "matched" if tm.meta.local_steps >= MATCHED_MIN_STEPS else "mixture"
         if how == "mixture":
             feats = aux_moments(tm, stats, aux.images, aux.normalized, model)
         else:  # each aux sample normalised by a simulated batch, as each client sample was by its own step's batch
