@@ -75,3 +75,21 @@ def test_watched_or_random_passes_are_never_shared(monkeypatch):
         output_layer_io(dropped, spec, "2", y, False)
         output_layer_io(dropped, spec, "2", y, False)
         assert len(calls) == 5  # in eval mode dropout draws nothing
+
+
+def test_each_thread_has_its_own_passes(monkeypatch):
+    """A block opened in one thread shares nothing with another thread (audit workers may run in threads)."""
+    import threading
+
+    torch.manual_seed(0)
+    model = build_model(CIFAR_SPEC).eval()
+    x = torch.rand(4, 3, 32, 32)
+    calls = _counting(monkeypatch)
+    with shared_head_passes():
+        output_layer_io(model, CIFAR_SPEC, "fc", x, False)
+        worker = threading.Thread(target=lambda: output_layer_io(model, CIFAR_SPEC, "fc", x, False))
+        worker.start()
+        worker.join()
+        assert len(calls) == 2  # the other thread is outside any block: its pass ran
+        output_layer_io(model, CIFAR_SPEC, "fc", x, False)
+        assert len(calls) == 2

@@ -10,6 +10,7 @@ large model each pass costs seconds.
 from __future__ import annotations
 
 import contextlib
+import threading
 import weakref
 
 import torch
@@ -46,7 +47,8 @@ def _forward_head(model: nn.Module, head: nn.Module, x: torch.Tensor, train: boo
     return captured["h"].flatten(1), captured["z"]
 
 
-_SHARED: list | None = None  # passes kept while shared_head_passes() is on: [(key, model ref, images, version, h, z)]
+# per thread, the passes kept while shared_head_passes() is on: [(key, model ref, images, version, h, z)]
+_LOCAL = threading.local()
 
 
 @contextlib.contextmanager
@@ -54,14 +56,14 @@ def shared_head_passes():
     """Within the block, ``output_layer_io`` returns (copies of) an earlier pass's result where the model is the same
     object with the same parameters and buffers (each tensor's identity, storage and in-place version unchanged), the
     images are equal and every other argument matches. Passes that draw random numbers (a train-mode forward through
-    dropout) or that a forward hook watches are never shared. Nested blocks share the outer one's passes."""
-    global _SHARED
-    outer = _SHARED
-    _SHARED = [] if outer is None else outer
+    dropout) or that a forward hook watches are never shared. Nested blocks share the outer one's passes; each
+    thread has its own."""
+    outer = getattr(_LOCAL, "passes", None)
+    _LOCAL.passes = [] if outer is None else outer
     try:
         yield
     finally:
-        _SHARED = outer
+        _LOCAL.passes = outer
 
 
 def _hooked(model: nn.Module) -> bool:
@@ -80,18 +82,17 @@ def output_layer_io(model: nn.Module, spec: ModelSpec, final_layer: str, images:
                     normalized: bool = False, chunk: int = CHUNK):
     """Input [N, M] and output [N, C] of the output layer ``final_layer`` for ``images``, in float64.
     In train-mode BN the statistics are those of each chunk (the whole batch when it fits one chunk)."""
-    shared = _SHARED is not None and not _hooked(model) \
-        and not (train_bn and any(isinstance(m, nn.modules.dropout._DropoutNd) for m in model.modules()))
-    if not shared:
+    passes = getattr(_LOCAL, "passes", None)
+    if passes is None or _hooked(model) \
+            or train_bn and any(isinstance(m, nn.modules.dropout._DropoutNd) for m in model.modules()):
         return _output_layer_io(model, spec, final_layer, images, train_bn, normalized, chunk)
-    assert _SHARED is not None
     key = (final_layer, train_bn, normalized, chunk, spec, _state_stamp(model))
-    for k, ref, kept, version, h, z in _SHARED:
+    for k, ref, kept, version, h, z in passes:
         if k == key and ref() is model and kept._version == version and kept.shape == images.shape \
                 and kept.dtype == images.dtype and kept.device == images.device and torch.equal(kept, images):
             return h.clone(), z.clone()
     h, z = _output_layer_io(model, spec, final_layer, images, train_bn, normalized, chunk)
-    _SHARED.append((key, weakref.ref(model), images, images._version, h, z))
+    passes.append((key, weakref.ref(model), images, images._version, h, z))
     return h.clone(), z.clone()
 
 
