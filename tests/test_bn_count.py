@@ -99,6 +99,7 @@ def test_simulated_batches_reproduce_the_client_batches_means(setting):
     assert set(mates.tolist()) == {3, 7} and abs(float((mates == 3).double().mean()) - 0.75) < 0.03
 
 
+@pytest.mark.slow
 def test_simulated_batches_read_small_batch_clients_better(setting):
     """K = 8 steps of B = 8 (random digits): each step's batch normalised itself with its own statistics, far from
     the mixture's at B = 8, so the aux images normalised by the mixture stand for the client's samples badly;
@@ -115,6 +116,7 @@ def test_simulated_batches_read_small_batch_clients_better(setting):
     assert sum(got["simulated"]) / 3 >= sum(got["mixture"]) / 3 + 0.05, got
 
 
+@pytest.mark.slow
 def test_bn_count_beats_the_gradient_methods_on_a_trained_model(setting):
     """Eight random batches of 16 (the trained model is sure of most samples, so the output layer says little about
     counts): bn-count is ahead of bias-count (the best gradient method here) and ``auto`` follows it.
@@ -230,6 +232,7 @@ def test_bn_count_reads_the_mixture_of_a_delta_that_moved_little_and_warns_where
     assert default.diagnostics["aux_batches"] == "mixture" and default.counts_int.tolist() == last.counts_int.tolist()
 
 
+@pytest.mark.slow
 def test_auto_doubts_a_one_class_reading_of_a_two_class_client_and_keeps_it_for_a_one_class_one(setting):
     """A FedAvg client whose K = 8 batches come one class after the other (4 of digit 2, then 4 of digit 8): the
     output layer shows mostly the last steps, so the class-count route reads 8 alone (InsAcc 0.5); bn-count's
@@ -271,6 +274,7 @@ def test_auto_doubts_a_one_class_reading_of_a_two_class_client_and_keeps_it_for_
     assert not any("one local step" in w for w in job.reliability_warnings(r, {})), job.reliability_warnings(r, {})
 
 
+@pytest.mark.slow
 def test_auto_averages_bn_count_with_bias_count_near_the_aux_mix(setting):
     """A random client's accepted BN-mixture reading lies near the aux set's class mix (uniform here), where
     bias-count's assumption holds: ``auto`` takes the mean of the two count vectors, which reads these four K = 4

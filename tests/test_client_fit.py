@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from fedaudit.client.capture import CaptureConfig
@@ -12,6 +13,7 @@ from .helpers import insacc
 from .mnist_lenet import server_view as _tm
 
 
+@pytest.mark.slow
 def test_client_fit_beats_rlu_on_momentum_clients_of_an_untrained_lenet(digits):
     """K = 6 heavy-ball steps (momentum 0.9, lr 0.01, B = 8) of an untrained DLG LeNet: the model moves fast and not
     along a straight line, so RLU's path is wrong; the fitted simulation follows it (DLG LeNet probe, K = 10:

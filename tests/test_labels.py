@@ -204,6 +204,7 @@ def test_auto_chooses_and_says_so(name, chosen):
         assert set(scores) == {"bias-count", "zlg", "ilrg"} and r.diagnostics["chosen"] == expected
 
 
+@pytest.mark.slow
 def test_auto_routes_a_trained_model_to_llg(tmp_path, monkeypatch):
     """A trained model's softmax depends on its input (spread >= 0.3): auto prefers LLG."""
     import torch.nn.functional as F
@@ -300,6 +301,7 @@ def test_every_subcommand_on_every_sample(cli, name, method):
         assert_one_error_line(res.stderr, "not applicable:")
 
 
+@pytest.mark.slow
 def test_cli_table_options_and_errors(cli, tmp_path):
     ckpt, upd, truth = sample("convnet_b8_repeated")
     res = cli("labels", "bias-count", ckpt, upd, "--dummy", "--truth", truth)

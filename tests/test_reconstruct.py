@@ -178,6 +178,7 @@ def test_sigint_in_a_real_process(tmp_path):
     assert_one_error_line(resumed.stderr, "different attack, options or update")
 
 
+@pytest.mark.slow
 def test_restricted_update_and_multi_step(cli, tmp_path):
     ckpt, upd, truth = sample("mlp_mnist_withheld")
     out = cli.json(cli("reconstruct", "ig", ckpt, upd, "-o", tmp_path / "a", "--truth", truth, "-n", "30", "-q"))

@@ -125,6 +125,7 @@ def test_integer_counts_keeps_the_total():
     assert int(integer_counts(torch.rand(10, generator=torch.Generator().manual_seed(0)) * 7, 33).sum()) == 33
 
 
+@pytest.mark.slow
 def test_auto_averages_the_methods_on_a_fast_moving_fedavg_delta(digits):
     """K = 4 steps at lr 0.1 on a LeNet trained for one epoch, where RLU's straight path does not explain the update
     (its least-squares residual is large): the mean of the candidates' counts (``--strategy ensemble``) is at least as
@@ -305,6 +306,7 @@ def test_auto_picks_the_exact_method_on_b4_batches_of_a_dlg_init_lenet(digits):
     assert missed_by_rules >= 1  # the case the issue describes occurs in this sample
 
 
+@pytest.mark.slow
 def test_auto_takes_client_fit_on_a_dirichlet_client_delta_of_a_model_without_batch_statistics(digits):
     """K = 4 steps (lr 0.02, B = 16) of Dirichlet(0.5) clients on an untrained DLG LeNet: the hybrid strategy returns
     client-fit's counts, which beat the ensemble's on these clients (the ensemble is pulled down by the methods that

@@ -4,9 +4,12 @@ traceback and no partial file."""
 
 from __future__ import annotations
 
+import pytest
+
 from benchmarks.fuzz import fuzz
 
 
+@pytest.mark.slow
 def test_300_mutated_files_through_the_readers_keep_the_error_contract():
     rows = fuzz(300, seed=1, fast=True)  # more on demand: python -m benchmarks.fuzz
     broken = [r for r in rows if r["problems"]]
