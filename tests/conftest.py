@@ -59,4 +59,3 @@ def lenet_ckpt(tmp_path) -> Path:
     path = tmp_path / "lenet.safetensors"
     save_checkpoint(path, build_model(CIFAR_SPEC), CIFAR_SPEC)
     return path
-
