@@ -25,10 +25,14 @@ def _counting(monkeypatch) -> list:
     return calls
 
 
-def test_a_repeated_pass_runs_once_and_gives_the_same_result(monkeypatch):
+def _lenet_and_images(n: int) -> tuple[nn.Module, torch.Tensor]:
+    """A seeded CIFAR LeNet in eval mode and ``n`` random images for it."""
     torch.manual_seed(0)
-    model = build_model(CIFAR_SPEC).eval()
-    x = torch.rand(6, 3, 32, 32)
+    return build_model(CIFAR_SPEC).eval(), torch.rand(n, 3, 32, 32)
+
+
+def test_a_repeated_pass_runs_once_and_gives_the_same_result(monkeypatch):
+    model, x = _lenet_and_images(6)
     alone = output_layer_io(model, CIFAR_SPEC, "fc", x, False)
     calls = _counting(monkeypatch)
     with shared_head_passes():
@@ -53,9 +57,7 @@ def test_a_repeated_pass_runs_once_and_gives_the_same_result(monkeypatch):
 
 
 def test_watched_or_random_passes_are_never_shared(monkeypatch):
-    torch.manual_seed(0)
-    model = build_model(CIFAR_SPEC).eval()
-    x = torch.rand(4, 3, 32, 32)
+    model, x = _lenet_and_images(4)
     calls = _counting(monkeypatch)
     seen: list = []
     with shared_head_passes():
@@ -81,9 +83,7 @@ def test_each_thread_has_its_own_passes(monkeypatch):
     """A block opened in one thread shares nothing with another thread (audit workers may run in threads)."""
     import threading
 
-    torch.manual_seed(0)
-    model = build_model(CIFAR_SPEC).eval()
-    x = torch.rand(4, 3, 32, 32)
+    model, x = _lenet_and_images(4)
     calls = _counting(monkeypatch)
     with shared_head_passes():
         output_layer_io(model, CIFAR_SPEC, "fc", x, False)
