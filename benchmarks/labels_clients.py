@@ -35,8 +35,9 @@ from fedaudit.jobs.labels import LabelJob
 from fedaudit.metrics.labels import counts, label_metrics
 from fedaudit.session import Aux, Session
 
-# diagnostics a run keeps beside the counts where the method reports them (bn-count's switch reads the first two)
-KEPT_DIAGNOSTICS = ("relative_residual", "relative_change", "path_fraction", "strategy")
+# diagnostics a run keeps beside the counts where the method reports them (bn-count's switch reads the first two;
+# readings_distance: auto's agreement of two readings on the many-classes route)
+KEPT_DIAGNOSTICS = ("relative_residual", "relative_change", "path_fraction", "strategy", "readings_distance")
 GRID: dict[str, list] = {"K": [2, 4, 8], "lr": [0.01, 0.05], "momentum": [0.0], "B": [8, 32], "batch": ["random", "dirichlet"]}
 
 

@@ -27,10 +27,11 @@ ConvNet, where RLU trails bias-count and ZLG by 20-50 points and client-fit the 
 docs/results/labels.md, "client-fit on the BN ConvNet") first go to bn-count where labelled aux images are given and
 its counts explain the BN buffers' mixture of the K batches to a relative residual below 0.05 and the model moved
 less than 0.01 of its norm (on 36 held-out trained ConvNet clients: 87.0% against 77.7), then to the class-count
-routes, then get the mean of the count vectors of bias-count, ZLG, iLRG, LLG, LLG+ and RLU (``--strategy ensemble``
-everywhere), which trails the best single method by 4.1-7.5 points on the ConvNet's held-out batches
-(benchmarks/labels_ensemble.py). The ensemble trails the evidence on one-step updates,
-where it is not used.
+routes (where the many-classes route's bias-count answers a client whose BN reading was rejected, the mean with that
+reading and LLG's where those two agree: ``_by_agreement``), then get the mean of the count vectors of
+bias-count, ZLG, iLRG, LLG, LLG+ and RLU (``--strategy ensemble`` everywhere), which trails the best single method
+by 4.1-7.5 points on the ConvNet's held-out batches (benchmarks/labels_ensemble.py). The ensemble trails the
+evidence on one-step updates, where it is not used.
 
 ``--strategy evidence``: run every applicable count method (aux data where given, Gaussian dummies
 otherwise), score each distinct count vector by how well it explains the output layer's update under the model
@@ -101,6 +102,12 @@ DOUBT_MAX_CHANGE = 0.05
 # 0-2 (0.25 and 0.3 alike; Dirichlet readings lay at 0.29-0.55); the scan showed trials 3-5 beside them, so the
 # unseen checks are the held-out client set 4 and the K = 2 grid (docs/results/labels.md, "Near the aux mix")
 NEAR_AUX_TV = 0.25
+# hybrid, a FedAvg delta of a BN model sent to the many-classes route (bias-count) with bn-count's reading of the BN
+# mixture rejected: where that reading and LLG's lie within this total-variation distance of each other, the mean of
+# the three count vectors. Two channels with independent errors (the BN statistics of every step; the output layer's
+# impact of each label) agree on a skewed (non-IID) client and disagree on a client spread like the aux set, where
+# bias-count's assumption holds (docs/results/labels.md, "Two readings agree")
+AGREE_TV = 0.5
 # hybrid, several local steps (a FedAvg delta) of a batch of more than FEW_CLASSES classes: the mean of these
 # methods' count vectors (docs/results/labels.md)
 ENSEMBLE = ("bias-count", "zlg", "ilrg", "llg", "llg-plus", "rlu")
@@ -225,6 +232,12 @@ def _bn_one_class(tm: ThreatModel, run) -> tuple | None:
             or float(counts[top]) < ONE_CLASS_SHARE * float(counts.sum()):
         return None
     return _all_in_class(counts, top, run[2], run[3])
+
+
+def _distance(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Total-variation distance between two count vectors' class shares."""
+    a, b = a.double(), b.double()
+    return 0.5 * float((a / a.sum() - b / b.sum()).abs().sum())
 
 
 def ensemble_counts(vectors: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -429,9 +442,9 @@ class Auto(LabelMethod):
         class mix: the mean of its counts and bias-count's, whose one assumption (a batch composed like the aux set)
         then holds and whose counts are less noisy than a reading of B K samples' moments. None elsewhere."""
         assert session.aux is not None and session.aux.labels is not None
-        counts = run[1].counts_int.double()
-        aux = torch.bincount(session.aux.labels.long().flatten(), minlength=counts.numel())[:counts.numel()].double()
-        distance = 0.5 * float((counts / counts.sum() - aux / aux.sum()).abs().sum())
+        counts = run[1].counts_int
+        distance = _distance(counts, torch.bincount(session.aux.labels.long().flatten(),
+                                                    minlength=counts.numel())[:counts.numel()])
         if distance >= NEAR_AUX_TV:
             return None
         bias_count, _ = _run_each(tm, session, ("bias-count",))
@@ -441,6 +454,25 @@ class Auto(LabelMethod):
         result.diagnostics.update(strategy="hybrid, BN statistics and bias-count (near the aux mix)",
                                   distance_to_aux_mix=distance, negative_bias_entries=_negative_entries(tm))
         return result
+
+    def _by_agreement(self, tm: ThreatModel, session: Session, spread: float | None, negative: int, rejected: tuple,
+                      route: tuple) -> tuple[LabelResult | None, float | None]:
+        """The many-classes route's bias-count run (``route``) on a FedAvg delta whose BN-mixture reading by bn-count
+        was rejected (``rejected``): where that reading and LLG's lie within AGREE_TV (total variation) of each other,
+        the mean of the three count vectors (a skewed client, which bias-count reads as spread like the aux set).
+        Returns (that result or None, the readings' distance; None where LLG does not apply)."""
+        llg, _ = _run_each(tm, session, ("llg",))
+        if not llg:
+            return None, None
+        distance = _distance(rejected[1].counts_int, llg[0][1].counts_int)
+        if distance >= AGREE_TV:
+            return None, distance
+        result = self._ensemble_of([rejected, llg[0], route], {}, spread)
+        if result is None:
+            return None, distance
+        result.diagnostics.update(strategy="hybrid, many classes (BN reading and LLG agree)",
+                                  readings_distance=distance, negative_bias_entries=negative)
+        return result, distance
 
     @staticmethod
     def _doubts_one_class(rejected: tuple | None, claimed: int) -> bool:
@@ -506,6 +538,11 @@ class Auto(LabelMethod):
         runs, _ = _run_each(tm, session, (method,))
         if not runs:
             return None
+        if method == "bias-count" and rejected is not None:
+            agreed, distance = self._by_agreement(tm, session, spread, negative, rejected, runs[0])
+            if agreed is not None:
+                return agreed
+            extra["readings_distance"] = distance
         if trained and negative == 1 and "bn_count_counts" not in extra:
             single = self._one_class(tm, session, runs[0], gb)
             if single is not None and self._doubts_one_class(rejected, int(torch.argmax(single[0][1].counts_int))):
