@@ -64,3 +64,21 @@ def test_auto_sends_a_trained_models_small_batch_to_sample_split(sure, monkeypat
     r = LabelJob(Session(aux=aux), tm, "auto").result()
     assert r.diagnostics["strategy"] == "hybrid, sample split" and r.diagnostics["chosen"] == "sample-split"
     assert r.counts_int.tolist() == truth.tolist()
+
+
+def test_a_start_that_goes_singular_gets_an_infinite_loss_instead_of_ending_the_fit():
+    """The first fit runs many starts as one batch; one whose features lose rank has no split (its system is singular).
+    It must drop out with an infinite loss while the others go on: on an AMD EPYC machine float rounding sent a start
+    there and the whole method (and ``auto`` with it) raised."""
+    from fedaudit.labels.sample_split import _Split
+
+    g = torch.Generator().manual_seed(0)
+    b, c, m = 3, 10, 6
+    grad = torch.randn(c, b, dtype=torch.float64, generator=g) @ torch.randn(b, m + 1, dtype=torch.float64, generator=g)
+    split = _Split(grad, torch.randn(c, m + 1, dtype=torch.float64, generator=g), b, None, None)
+    a = split.affine(torch.randn(4, b, b, dtype=torch.float64, generator=g))
+    a[2] = a[2, :1].expand(b, b)  # three equal features: rank one
+    loss, _ = split.loss(a)
+    assert torch.isinf(loss[2]) and bool(torch.isfinite(loss[[0, 1, 3]]).all())
+    fitted = split.fit(a, 5, 0.05)  # the others still move
+    assert not torch.equal(fitted[0], a[0]) and bool(torch.isfinite(split.loss(fitted)[0][[0, 1, 3]]).all())

@@ -68,7 +68,11 @@ class _Split:
     def loss(self, a: torch.Tensor, y: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         a = self.affine(a)
         p = torch.softmax(a @ self.logits.T, -1)
-        e = self.b * torch.linalg.solve(a.transpose(-1, -2), self.su.expand(a.shape[0], self.b, self.c))
+        # a start whose features went singular has no split: its loss is made infinite below (solve_ex, not solve:
+        # one such start among many must not end the search; float rounding decides which start it is, so it
+        # happens on some CPUs and not others)
+        x, info = torch.linalg.solve_ex(a.transpose(-1, -2), self.su.expand(a.shape[0], self.b, self.c))
+        e = self.b * x
         q = p - e
         if y is None:  # distance of each row to its nearest vertex of the simplex
             d = ((q[:, :, None, :] - self.eye) ** 2).sum(-1).min(-1).values
@@ -83,7 +87,8 @@ class _Split:
             if self.upper is not None:
                 out = out + torch.relu(h - self.upper) ** 2
             loss = loss + out.sum((-1, -2))
-        return torch.nan_to_num(loss, nan=float("inf")), q
+        loss = torch.nan_to_num(loss, nan=float("inf"))
+        return torch.where(info == 0, loss, torch.full_like(loss, float("inf"))), q
 
     def fit(self, a: torch.Tensor, steps: int, lr: float, y: torch.Tensor | None = None) -> torch.Tensor:
         a = a.clone().requires_grad_(True)
