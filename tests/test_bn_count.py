@@ -298,17 +298,6 @@ def test_auto_averages_bn_count_with_bias_count_near_the_aux_mix(setting):
     assert sum(ours) > sum(alone)
 
 
-def _dirichlet_or_random(y: torch.Tensor, kind: str, seed: int, n: int = 64) -> torch.Tensor:
-    """``n`` victim indices: class shares drawn from Dirichlet(0.5) (a non-IID client) or uniform draws."""
-    g = torch.Generator().manual_seed(seed)
-    if kind == "random":
-        return torch.randint(len(y), (n,), generator=g)
-    shares = torch._sample_dirichlet(torch.full((10,), 0.5, dtype=torch.float64), generator=g)
-    classes = torch.multinomial(shares, n, replacement=True, generator=g)
-    pools = [torch.nonzero(y == c).flatten() for c in range(10)]
-    return torch.stack([pools[c][torch.randint(len(pools[c]), (1,), generator=g)][0] for c in classes.tolist()])
-
-
 @pytest.mark.slow
 def test_auto_averages_two_agreeing_readings_of_a_skewed_client_and_keeps_bias_count_for_a_random_one(setting):
     """K = 8 steps with momentum 0.9: the model moves 0.02-0.03 of its norm and bn-count's reading of the BN mixture
@@ -316,11 +305,12 @@ def test_auto_averages_two_agreeing_readings_of_a_skewed_client_and_keeps_bias_c
     On a Dirichlet client bn-count's rejected reading and LLG's agree (within AGREE_TV) and ``auto`` takes the mean of
     the three (measured 0.84 and 0.72 against bias-count's 0.61 and 0.47); on a random client they disagree and
     bias-count stays (0.86, 0.91)."""
+    from benchmarks.labels_fedavg import victims  # its "dirichlet" clients: Dirichlet(0.5) shares, random order
     from fedaudit.labels.auto import AGREE_TV, ensemble_counts
 
     x, y, aux, model = setting
     for kind, seed in (("dirichlet", 0), ("dirichlet", 5), ("random", 0), ("random", 5)):
-        idx = _dirichlet_or_random(y, kind, seed)
+        idx = victims(y, 64, kind, torch.Generator().manual_seed(seed))
         tm = _tm(model, x[idx], y[idx], batch_size=8, local_steps=8, lr=0.01, momentum=0.9, kind="delta")
         r = LabelJob(Session(aux=aux), tm, "auto", AUTO_MIXTURE).result()
         bc = LabelJob(Session(aux=aux), tm, "bias-count").result()
