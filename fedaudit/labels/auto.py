@@ -468,8 +468,7 @@ class Auto(LabelMethod):
         if distance >= AGREE_TV:
             return None, distance
         result = self._ensemble_of([rejected, llg[0], route], {}, spread)
-        if result is None:
-            return None, distance
+        assert result is not None  # three runs: the ensemble always forms
         result.diagnostics.update(strategy="hybrid, many classes (BN reading and LLG agree)",
                                   readings_distance=distance, negative_bias_entries=negative)
         return result, distance
@@ -496,7 +495,8 @@ class Auto(LabelMethod):
           with one negative entry, LLG putting at least ONE_CLASS_SHARE of the batch on that class and HFGI all of
           it, the whole batch goes to it (``_one_class``);
         * at least MANY_CLASSES on trained-like outputs: bias-count (a batch spread like the aux set, where RLU's
-          least squares is ill-conditioned because the model is sure: S near I);
+          least squares is ill-conditioned because the model is sure: S near I); on a FedAvg delta whose BN reading
+          was rejected (``rejected``), the mean with that reading and LLG's where those two agree (``_by_agreement``);
         * exactly FEW_CLASSES + 1 on trained-like outputs, one local step: bias-count or LLG by the share of the batch
           bias-count puts on the positive entries' classes (``_by_invisible_share``);
         * but first, on trained-like outputs: bn-count wherever it applies (a one-step upload with BN buffers and
