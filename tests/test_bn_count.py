@@ -264,7 +264,9 @@ def test_auto_doubts_a_one_class_reading_of_a_two_class_client_and_keeps_it_for_
     job = LabelJob(Session(aux=aux), tm, "auto", AUTO_MIXTURE)
     r = job.result()
     assert r.labels == [7] * 64 and r.diagnostics["strategy"] == "hybrid, one class"  # bn-count's reading rejected
-    assert any("one class assumes one local step" in w for w in job.reliability_warnings(r, {}))
+    warnings = job.reliability_warnings(r, {})
+    assert any("one class assumes one local step" in w for w in warnings)
+    assert not any("'labels auto'" in w for w in warnings)  # auto already chose among the multi-step routes
     tm = _tm(model, x[idx[:32]], y[idx[:32]], batch_size=8, local_steps=4, lr=0.01, kind="delta")
     job = LabelJob(Session(aux=aux), tm, "auto")
     r = job.result()

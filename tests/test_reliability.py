@@ -131,7 +131,8 @@ def test_numeric_options_are_checked_before_any_work(cli, tmp_path, args, messag
 def test_unreliable_results_come_with_a_warning(cli, tmp_path):
     ckpt, upd, _ = sample("lenet_fedavg_k3")
     out = json.loads(cli("labels", "llg", ckpt, upd, "-q").stdout)
-    assert any("assumes one local step" in w and "K = 3" in w for w in out["warnings"]), out["warnings"]
+    assert any("assumes one local step" in w and "K = 3" in w and "'labels auto'" in w for w in out["warnings"]), \
+        out["warnings"]
     ckpt, upd, _ = sample("lenet_b4")
     out = json.loads(cli("labels", "ilrg", ckpt, upd, "-q").stdout)
     assert any("raw per-class estimates sum to" in w for w in out["warnings"]), out["warnings"]

@@ -50,8 +50,11 @@ class LabelJob:
         used = result.diagnostics.get("chosen", self.method) if self.method == "auto" else self.method
         if k > 1 and used not in MULTI_STEP_AWARE and result.diagnostics.get("strategy") != "evidence" \
                 and not result.diagnostics.get("multi_step_aware"):  # a route that read every step's batch
+            # auto has already chosen among the multi-step routes; elsewhere point to it, not to one method (RLU
+            # trails bias-count by 15-40 points on a trained BN ConvNet's deltas: docs/results/labels.md)
+            hint = "" if self.method == "auto" else "; 'labels auto' reads K-step updates with the multi-step methods"
             out.append(f"{used} assumes one local step; this update has K = {k} (the model moved during local "
-                       "training): its counts are approximate; 'labels rlu' follows the K steps")
+                       f"training): its counts are approximate{hint}")
         n = int(result.counts_int.sum())
         raw = float(result.counts.double().clamp_min(0).sum())
         if type(self.instance).counts_capable and n and abs(raw - n) > RAW_SUM_TOLERANCE * n:
