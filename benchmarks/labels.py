@@ -165,7 +165,8 @@ def run_methods(tm, true_labels, aux, seed, methods=None):
                                        for c in r.diagnostics.get("candidates", [])]
             if name == "auto":
                 reused.update({c["method"]: c["counts"] for c in out[name]["candidates"] if c["method"] == "client-fit"})
-            for key in ("rlu_residual", "fit", "negative_bias_entries", "bn_count_fit", "distance_to_aux_mix"):
+            for key in ("rlu_residual", "fit", "negative_bias_entries", "bn_count_fit", "distance_to_aux_mix",
+                        "shown_classes"):
                 if key in r.diagnostics:
                     out[name][key] = r.diagnostics[key]
     return out

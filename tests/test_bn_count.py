@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -241,7 +243,9 @@ def test_auto_doubts_a_one_class_reading_of_a_two_class_client_and_keeps_it_for_
     Where the model moved DOUBT_MAX_CHANGE or more (digits 1 then 7 at lr 0.02: 0.056) the one-class reading stays;
     a single-class client is one class, and where bn-count's accepted reading of the mixture named it, the K-step
     warning stays away. The two-class clients and the last one-class client run ``auto``'s default (aux images in
-    matched batches; the one-class call on the mixture reading), the gates' other cases the mixture reading."""
+    matched batches; the one-class call on the mixture reading), the gates' other cases the mixture reading. (On these
+    deltas the shown-classes step then reads both classes present and projects the BN reading onto them: the route's
+    own answer is in ``diagnostics.shown_classes.before``.)"""
     from fedaudit.labels.auto import DOUBT_MAX_CHANGE
 
     x, y, aux, model = setting
@@ -253,11 +257,14 @@ def test_auto_doubts_a_one_class_reading_of_a_two_class_client_and_keeps_it_for_
 
     for lr in (0.01, 0.02):
         r, truth = client(2, 8, lr)
-        assert r.diagnostics["strategy"] == "hybrid, BN statistics (one class doubted)"
-        assert r.diagnostics["one_class_counts"][8] == 64 and r.diagnostics["chosen"] == "bn-count"
-        assert insacc(r, truth) >= 0.6
+        # the route's reading (then the shown-classes step on deltas projects it onto the two classes shown)
+        assert r.diagnostics["shown_classes"]["before"]["strategy"] == "hybrid, BN statistics (one class doubted)"
+        before = SimpleNamespace(counts_int=torch.tensor(r.diagnostics["shown_classes"]["before"]["counts"]))
+        assert insacc(before, truth) >= 0.6 and r.diagnostics["chosen"] == "bn-count"
+        assert r.diagnostics["strategy"] == "hybrid, few shown classes on a delta (BN reading)"
+        assert r.diagnostics["shown_classes"]["classes"] == [2, 8] and insacc(r, truth) >= insacc(before, truth)
     r, _ = client(1, 7, 0.02, AUTO_MIXTURE)  # the gates' cases below on the cheap reading
-    assert r.diagnostics["strategy"] == "hybrid, one class"
+    assert r.diagnostics["shown_classes"]["before"]["strategy"] == "hybrid, one class"
     assert r.diagnostics["bn_count_rejected"]["relative_change"] >= DOUBT_MAX_CHANGE
     idx = torch.nonzero(y == 7).flatten()[:64]
     tm = _tm(model, x[idx], y[idx], batch_size=8, local_steps=8, lr=0.01, kind="delta")
@@ -327,3 +334,32 @@ def test_auto_averages_two_agreeing_readings_of_a_skewed_client_and_keeps_bias_c
         assert r.diagnostics["members"] == ["bn-count", "llg", "bias-count"]
         assert r.counts_int.tolist() == ensemble_counts([rejected, llg.counts_int, bc.counts_int])[1].tolist()
         assert insacc(r, y[idx]) >= insacc(bc, y[idx]) + 0.05
+
+
+@pytest.mark.slow
+def test_auto_reads_a_fedavg_delta_on_the_classes_its_output_layer_shows_present(setting):
+    """K = 8 steps with momentum 0.9 (no weight decay): the output-weight delta is a positive combination of the steps'
+    gradients, so a row with a positive entry proves its class present (presence.py). A two-class client (digits in
+    class order) reads as its last class in the output layer (measured 0.50); both classes are shown, and ``auto``
+    projects bn-count's reading of the BN mixture onto them (0.97). A random client whose bias delta has two negative
+    entries went to LLG's few-class reading (0.36); all ten classes are shown, so bias-count (0.83)."""
+    from benchmarks.labels_fedavg import victims
+
+    x, y, aux, model = setting
+    for kind, seed in (("two-class", 1), ("random", 1)):
+        idx = victims(y, 64, kind, torch.Generator().manual_seed(seed))
+        tm = _tm(model, x[idx], y[idx], batch_size=8, local_steps=8, lr=0.01, momentum=0.9, kind="delta")
+        r = LabelJob(Session(aux=aux), tm, "auto").result()
+        shown = r.diagnostics["shown_classes"]
+        assert set(shown["classes"]) == set(y[idx].tolist())  # every present class, no other
+        before = SimpleNamespace(counts_int=torch.tensor(shown["before"]["counts"]))  # the route's counts
+        if kind == "two-class":
+            assert r.diagnostics["strategy"] == "hybrid, few shown classes on a delta (BN reading)"
+            assert r.diagnostics["multi_step_aware"] and r.counts_int.count_nonzero() == 2
+            assert insacc(before, y[idx]) <= 0.6 and insacc(r, y[idx]) >= 0.9
+        else:
+            assert shown["before"]["strategy"] == "hybrid, few classes" and shown["before"]["chosen"] == "llg"
+            assert r.diagnostics["strategy"] == "hybrid, few classes, rerouted by shown classes"
+            bc = LabelJob(Session(aux=aux), tm, "bias-count").result()
+            assert r.counts_int.tolist() == bc.counts_int.tolist()
+            assert insacc(r, y[idx]) >= insacc(before, y[idx]) + 0.3
