@@ -648,30 +648,46 @@ class Auto(LabelMethod):
         d = result.diagnostics
         if tm.meta.local_steps != 1 or d.get("strategy") == "hybrid, BN statistics" or "bn_count_counts" in d:
             return result  # deltas and the BN routes: not measured
+
+        def few(shown: torch.Tensor, info: dict) -> LabelResult | None:
+            runs, skipped = _run_each(tm, session, SHOWN_MEMBERS)
+            if not runs:
+                return None
+            projected = [presence.project(r.counts_int, shown) for _, r, _, _ in runs]
+            mean, counts = ensemble_counts(projected)
+            return LabelResult(mean.float(), counts, {
+                "chosen": "shown-classes ensemble", "strategy": "hybrid, few shown classes", **self._regime(spread),
+                "negative_bias_entries": _negative_entries(tm), "shown_classes": info,
+                "members": [n for n, _, _, _ in runs],
+                "candidates": [{"method": n, "counts": r.counts_int.tolist(), "projected": v.tolist(),
+                                "seconds": round(t, 3)} for (n, r, _, t), v in zip(runs, projected)],
+                "not_run": skipped}, result.warnings)
+
+        return self._with_shown(tm, session, spread, result, min_feature, few)
+
+    def _with_shown(self, tm: ThreatModel, session: Session, spread: float | None, result: LabelResult,
+                    min_feature: float | None, few) -> LabelResult:
+        """The shown-classes step around ``few(shown, info)``, the answer where at most FEW_SHOWN classes are shown
+        (None: go on): where more are shown, a route that read the batch as a few-class one (LLG) gives way to
+        bias-count; every shown class gets at least one sample. The classes, each row's relative minimum and the
+        route's answer (``before``) go to ``diagnostics.shown_classes``, or why the test cannot be read."""
+        d = result.diagnostics
         why, shown, minima = _shown(tm, session, min_feature)
         if shown is None or minima is None:
             d["shown_classes"] = {"not_applicable": "; ".join(why)}
             return result
-        total = int(result.counts_int.sum())
+        total, n = int(result.counts_int.sum()), int(shown.sum())
         info: dict = {"classes": torch.nonzero(shown).flatten().tolist(), "row_minima": [float(v) for v in minima],
                       "before": {"chosen": d.get("chosen"), "strategy": d.get("strategy"),
                                  "counts": result.counts_int.tolist()}}
-        if int(shown.sum()) > total:  # cannot be: the update is not what the test assumes
-            d["shown_classes"] = {**info, "ignored": f"{int(shown.sum())} classes shown for {total} samples"}
+        if n > total:  # cannot be: the update is not what the test assumes
+            d["shown_classes"] = {**info, "ignored": f"{n} classes shown for {total} samples"}
             return result
-        if int(shown.sum()) <= FEW_SHOWN:
-            runs, skipped = _run_each(tm, session, SHOWN_MEMBERS)
-            if runs:
-                projected = [presence.project(r.counts_int, shown) for _, r, _, _ in runs]
-                mean, counts = ensemble_counts(projected)
-                return LabelResult(mean.float(), counts, {
-                    "chosen": "shown-classes ensemble", "strategy": "hybrid, few shown classes", **self._regime(spread),
-                    "negative_bias_entries": _negative_entries(tm), "shown_classes": info,
-                    "members": [n for n, _, _, _ in runs],
-                    "candidates": [{"method": n, "counts": r.counts_int.tolist(), "projected": v.tolist(),
-                                    "seconds": round(t, 3)} for (n, r, _, t), v in zip(runs, projected)],
-                    "not_run": skipped}, result.warnings)
-        if d.get("chosen") == "llg" and d.get("strategy") in ("hybrid, few classes", "hybrid, three classes"):
+        if n <= FEW_SHOWN:
+            answer = few(shown, info)
+            if answer is not None:
+                return answer
+        elif d.get("chosen") == "llg" and d.get("strategy") in ("hybrid, few classes", "hybrid, three classes"):
             runs, _ = _run_each(tm, session, ("bias-count",))
             if runs:
                 info["rerouted"] = "more classes shown than the route's few-class reading: bias-count"
@@ -711,42 +727,22 @@ class Auto(LabelMethod):
         spread = d.get("softmax_spread")
         if spread is None or spread < SPREAD_THRESHOLD:
             return result
-        why, shown, minima = _shown(tm, session, None)
-        if shown is None or minima is None:
-            d["shown_classes"] = {"not_applicable": "; ".join(why)}
-            return result
-        total = int(result.counts_int.sum())
-        info: dict = {"classes": torch.nonzero(shown).flatten().tolist(), "row_minima": [float(v) for v in minima],
-                      "before": {"chosen": d.get("chosen"), "strategy": d.get("strategy"),
-                                 "counts": result.counts_int.tolist()}}
-        n = int(shown.sum())
-        if n == 0 or n > total:  # cannot be: the update is not what the test assumes
-            d["shown_classes"] = {**info, "ignored": f"{n} classes shown for {total} samples"}
-            return result
-        if n <= FEW_SHOWN:
+
+        def few(shown: torch.Tensor, info: dict) -> LabelResult | None:
+            if not bool(shown.any()):
+                return None
             reading = self._bn_reading(result, notes)
             counts = presence.project(reading if reading is not None else result.counts_int, shown)
             if torch.equal(counts, result.counts_int):
-                d["shown_classes"] = info
-                return result
+                return None
             source = "BN reading" if reading is not None else "route's counts"
             return LabelResult(counts.float(), counts, {
                 "chosen": "bn-count" if reading is not None else d.get("chosen"),
-                "strategy": f"hybrid, few shown classes on a delta ({source})", "softmax_spread": d.get("softmax_spread"),
-                "regime": d.get("regime"), "negative_bias_entries": _negative_entries(tm), "shown_classes": info,
+                "strategy": f"hybrid, few shown classes on a delta ({source})", **self._regime(spread),
+                "negative_bias_entries": _negative_entries(tm), "shown_classes": info,
                 "multi_step_aware": reading is not None}, result.warnings)
-        if d.get("chosen") == "llg" and str(d.get("strategy", "")).startswith("hybrid, few classes"):
-            runs, _ = _run_each(tm, session, ("bias-count",))
-            if runs:
-                info["rerouted"] = "more classes shown than the route's few-class reading: bias-count"
-                result = self._routed(runs[0], d["strategy"] + ", rerouted by shown classes", d.get("softmax_spread"),
-                                      _negative_entries(tm), {})
-        floored = presence.floor(result.counts_int, shown)
-        if not torch.equal(floored, result.counts_int):
-            info["floored"] = True
-            result.counts_int = floored
-        result.diagnostics["shown_classes"] = info
-        return result
+
+        return self._with_shown(tm, session, spread, result, None, few)
 
     def _by_one_shown_class(self, tm: ThreatModel, session: Session, result: LabelResult,
                             min_feature: float | None) -> LabelResult:
