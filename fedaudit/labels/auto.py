@@ -31,7 +31,9 @@ routes (where the many-classes route's bias-count answers a client whose BN read
 reading and LLG's where those two agree: ``_by_agreement``), then get the mean of the count vectors of
 bias-count, ZLG, iLRG, LLG, LLG+ and RLU (``--strategy ensemble`` everywhere), which trails the best single method
 by 4.1-7.5 points on the ConvNet's held-out batches (benchmarks/labels_ensemble.py). The ensemble trails the
-evidence on one-step updates, where it is not used.
+evidence on one-step updates, where it is not used. Last, on such a delta of a trained-like model, the classes its
+output-layer update shows present for certain (``_by_shown_on_delta``: at most three shown, bn-count's reading of
+the BN mixture projected onto them; two-class clients held out 67.9 -> 88.4%).
 
 ``--strategy evidence``: run every applicable count method (aux data where given, Gaussian dummies
 otherwise), score each distinct count vector by how well it explains the output layer's update under the model
