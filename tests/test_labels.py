@@ -372,3 +372,37 @@ def test_clients_benchmark_writes_runs_and_tables_the_same_updates(tmp_path):
     assert [index[r["client"]]["state"] + "/" + index[r["client"]]["batch"] for r in c] == ["trained/random"]
     table = summary(out, ["state"], ["a:bias-count", "b:llg"])
     assert "| state | clients | a:bias-count | b:llg |" in table and "| all | 2 |" in table
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_every_label_method_reads_the_same_counts_with_the_model_on_cuda(digits, sure_lenet):
+    """The CLI puts the model on ``--device`` and keeps the update on the CPU: every method that applies runs there
+    (an audit-round on CUDA once failed on every client: the head's outputs stayed on the GPU beside the update's
+    CPU tensors) and reads what it reads on the CPU, give or take a sample (float sums differ between devices)."""
+    import copy
+
+    from .mnist_lenet import server_view
+
+    x, y, aux = digits
+    cases = [(None, CaptureConfig(batch_size=8, bn_mode="eval")),  # sample-split's search: minutes on the CPU
+             (sure_lenet, CaptureConfig(batch_size=16, bn_mode="eval")),
+             (None, CaptureConfig(batch_size=8, local_steps=3, lr=0.01, kind="delta", bn_mode="eval"))]
+    options = {"auto": [{}, {"strategy": "evidence"}, {"strategy": "ensemble"}], "hfgi": [{"generations": 20}]}
+    ran = 0
+    for model, cfg in cases:
+        n = cfg.batch_size * cfg.local_steps
+        for name in sorted(set(LABEL_METHODS.names()) - {"sample-split"} - ({"client-fit"} if n == 8 else set())):
+            for opts in options.get(name, [{}]):
+                counts = {}
+                for device in ("cpu", "cuda"):
+                    tm = server_view(x[:n], y[:n], cfg, model=copy.deepcopy(model) if model is not None else None)
+                    if LABEL_METHODS.get(name).why_not(tm, Session(aux=aux)):
+                        break
+                    tm.model.to(device)
+                    counts[device] = LabelJob(Session(aux=aux, device=torch.device(device)), tm, name, opts).result().counts_int
+                if counts:
+                    ran += 1
+                    moved = int((counts["cpu"] - counts["cuda"]).abs().sum()) // 2
+                    assert moved <= 1, (name, opts, cfg, counts)
+    assert ran >= 20

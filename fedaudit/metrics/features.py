@@ -14,7 +14,7 @@ FORBIDDEN = 1e30
 
 def feature_recovery(recovered: torch.Tensor, true: torch.Tensor, rec_labels: list[int] | None = None,
                      true_labels: list[int] | None = None) -> dict:
-    a, b = recovered.double().flatten(1), true.double().flatten(1)
+    a, b = recovered.detach().double().cpu().flatten(1), true.detach().double().cpu().flatten(1)
     cost = torch.cdist(b, a)
     if rec_labels is not None and true_labels is not None:
         same = torch.tensor(true_labels).view(-1, 1) == torch.tensor(rec_labels).view(1, -1)

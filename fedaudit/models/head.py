@@ -80,7 +80,8 @@ def _state_stamp(model: nn.Module) -> tuple:
 
 def output_layer_io(model: nn.Module, spec: ModelSpec, final_layer: str, images: torch.Tensor, train_bn: bool,
                     normalized: bool = False, chunk: int = CHUNK):
-    """Input [N, M] and output [N, C] of the output layer ``final_layer`` for ``images``, in float64.
+    """Input [N, M] and output [N, C] of the output layer ``final_layer`` for ``images``, in float64 on the CPU
+    (where the label methods' algebra runs, beside the update's tensors, whatever device the model is on).
     In train-mode BN the statistics are those of each chunk (the whole batch when it fits one chunk)."""
     passes = getattr(_LOCAL, "passes", None)
     if passes is None or _hooked(model) \
@@ -113,4 +114,4 @@ def _output_layer_io(model: nn.Module, spec: ModelSpec, final_layer: str, images
             h, z = _forward_head(model, head, x, train_bn)
         hs.append(h.double())
         zs.append(z.double())
-    return torch.cat(hs), torch.cat(zs)
+    return torch.cat(hs).cpu(), torch.cat(zs).cpu()
