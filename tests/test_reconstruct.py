@@ -212,3 +212,13 @@ def test_cuda_matches_cpu(cli, tmp_path):
     out = cli.json(cli("reconstruct", "ig", ckpt, upd, "-o", tmp_path / "g", "--truth", truth, "-n", "300",
                        "--device", "cuda", "-q"))
     assert out["summary"]["psnr"]["mean"] > 15
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_the_default_device_is_cuda_where_present(cli, tmp_path):
+    """No --device: the attack runs on CUDA when present (the CPU otherwise), and the report says which."""
+    ckpt, upd, _ = sample("lenet_b1")
+    cli("reconstruct", "ig", ckpt, upd, "-o", tmp_path / "d", "-n", "20", "-q")
+    report = json.loads((tmp_path / "d" / "report.json").read_text())
+    assert report["environment"]["device"].startswith("cuda")

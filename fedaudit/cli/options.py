@@ -50,7 +50,7 @@ ForceOpt = Annotated[bool, typer.Option("--force", help="Replace an existing out
 AllowCustomArchOpt = Annotated[bool, typer.Option("--allow-custom-arch", help="Allow a checkpoint whose fedaudit.arch is module:factory (imports and "
                                                                               "runs that code).")]
 IgnoreBaseOpt = Annotated[bool, typer.Option("--ignore-base-mismatch", help="Audit even if the update names a different base checkpoint hash.")]
-DeviceOpt = Annotated[str, typer.Option("--device", envvar="FEDAUDIT_DEVICE", help="auto | cpu | cuda | cuda:N")]
+DeviceOpt = Annotated[str, typer.Option("--device", envvar="FEDAUDIT_DEVICE", help="auto (CUDA when present, else the CPU) | cpu | cuda | cuda:N")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Random seed (runs are repeatable on CPU).")]
 FailOnOpt = Annotated[FailOn, typer.Option("--fail-on", help=(
     "Exit 1 when the risk band is at or above this: the band measured against --truth, else the band "

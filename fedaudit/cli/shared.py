@@ -55,7 +55,7 @@ PARAMS: dict[str, P] = {p.name: p for p in [
         "Batch size when the update does not record it (--force overrides a recorded one)."))]),
     _kw("truth", None, Annotated[Optional[Path], typer.Option("--truth", "-t", help="Ground truth: adds InsAcc, ClsAcc, LnAcc, LeAcc.")]),
     _kw("seed", 0, SeedOpt),
-    _kw("device", "cpu", DeviceOpt),
+    _kw("device", "auto", DeviceOpt),
     _kw("output", None, OutputOpt),
     _kw("fail_on", FailOn.never, FailOnOpt),
     _kw("lpips_net", LpipsNet.vgg, LpipsNetOpt),
@@ -77,7 +77,7 @@ def session_from(kw: dict[str, Any]) -> Session:
     from fedaudit.session import Session  # imports torch: only when a command runs, never for --help
 
     lpips_weights = kw.get("lpips_weights")
-    return Session.create(device=kw.get("device", "cpu"), seed=kw.get("seed", 0), batch_size=kw.get("batch_size"),
+    return Session.create(device=kw.get("device", "auto"), seed=kw.get("seed", 0), batch_size=kw.get("batch_size"),
                           batch_size_mode="override" if kw.get("force") else "check",
                           quiet=kw.get("quiet", False), force=kw.get("force", False),
                           allow_custom_arch=kw.get("allow_custom_arch", False),

@@ -9,7 +9,7 @@ import typer
 
 from fedaudit.cli.console import emit_json, info_line, refuse_existing
 from fedaudit.cli.errors import handle_errors
-from fedaudit.cli.options import AllowCustomArchOpt, BNMode, CheckpointArg, DeviceOpt, ForceOpt, Kind, QuietOpt, Reduction, SeedOpt, Sign
+from fedaudit.cli.options import AllowCustomArchOpt, BNMode, CheckpointArg, ForceOpt, Kind, QuietOpt, Reduction, SeedOpt, Sign
 from fedaudit.errors import InputError
 
 
@@ -42,7 +42,8 @@ def register(app) -> None:
         include_buffers: Annotated[bool, typer.Option("--include-buffers", help="Attach the BatchNorm buffers to a gradient "
                                                                             "upload too (after the client's forward).")] = False,
         resize: Annotated[bool, typer.Option("--resize", help="Centre-crop and resize images to the model's input size.")] = False,
-        device: DeviceOpt = "cpu",
+        device: Annotated[str, typer.Option("--device", envvar="FEDAUDIT_DEVICE", help=(
+            "cpu (the default: a recorded update comes out the same on every machine) | auto | cuda | cuda:N"))] = "cpu",
         seed: SeedOpt = 0,
         force: ForceOpt = False,
         quiet: QuietOpt = False,
