@@ -32,7 +32,19 @@ from fedaudit.io.update import save_update
 from fedaudit.models import ModelSpec, build_model
 
 SPEC = ModelSpec("lenet", 10, (3, 32, 32), MNIST_MEAN * 3, MNIST_STD * 3)
-ENGINES = {"j1": ["-j", "1"], "j2": ["-j", "2"], "ray": ["--ray", "-j", "2"]}
+
+
+def engine_args(name: str) -> list[str]:
+    """The CLI flags of an engine: ``jN`` (N spawned processes), ``ray`` (a local Ray), each with an optional
+    ``@DEVICE`` (``j8@cuda``: eight processes sharing the GPU; default: the CLI's ``--device auto``)."""
+    engine, _, device = name.partition("@")
+    if engine == "ray":
+        flags = ["--ray", "-j", "2"]
+    elif engine.startswith("j") and engine[1:].isdigit():
+        flags = ["-j", engine[1:]]
+    else:
+        raise SystemExit(f"unknown engine {name!r} (jN, ray, each with an optional @cpu / @cuda)")
+    return flags + (["--device", device] if device else [])
 
 
 def make_round(folder: Path, clients: int, batch: int = 4) -> dict[str, list[int]]:
@@ -53,11 +65,33 @@ def make_round(folder: Path, clients: int, batch: int = 4) -> dict[str, list[int
     return truth
 
 
+def write(rows: list[dict], args, show: bool = True) -> None:
+    """The rows so far as OUT/audit_round.json and .md (after every engine: a run stopped by a time limit keeps them)."""
+    base = next((r["wall_s"] for r in rows if r.get("engine", "").partition("@")[0] == "j1" and "wall_s" in r), None)
+    lines = [f"# audit-round throughput ({args.clients} clients, labels + IG {args.iterations} iterations each)", "",
+             f"CPU: {platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads available"
+             + (f"; GPU: {torch.cuda.get_device_name()}" if torch.cuda.is_available() else "")
+             + "; the CLI in a subprocess (start-up included).", "",
+             "| engine | wall (s) | s / client | speed-up vs -j 1 | labels exact |", "|---|---|---|---|---|"]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['engine']} | error: {r['error']} | | | |")
+            continue
+        speed = f"{base / r['wall_s']:.2f}x" if base else "-"
+        lines.append(f"| {r['engine']} | {r['wall_s']} | {r['s_per_client']} | {speed} | {r['labels_exact']}/{r['clients']} |")
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "audit_round.json").write_text(json.dumps(rows, indent=1) + "\n")
+    (args.out / "audit_round.md").write_text("\n".join(lines) + "\n")
+    if show:
+        print("\n".join(lines))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--clients", type=int, default=64)
     ap.add_argument("--iterations", type=int, default=200)
-    ap.add_argument("--engines", default="j1,j2,ray")
+    ap.add_argument("--engines", default="j1,j2,ray", help="comma list of jN / ray, each with an optional @DEVICE "
+                    "(a GPU machine: j1@cuda,j4@cuda,j8@cuda,j8@cpu)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
     rows = []
@@ -69,11 +103,17 @@ def main(argv=None) -> int:
             t0 = time.perf_counter()
             proc = subprocess.run([sys.executable, "-m", "fedaudit", "audit-round", str(root / "round"), "-o", str(out),
                                    "-n", str(args.iterations), "--aux", str(root / "aux.safetensors"), "-q",
-                                   "--fail-on", "never", *ENGINES[name]], capture_output=True, text=True)
+                                   "--fail-on", "never", *engine_args(name)], capture_output=True, text=True)
             wall = time.perf_counter() - t0
             if proc.returncode != 0:
                 print(proc.stderr[-2000:], file=sys.stderr)
-                rows.append({"engine": name, "error": proc.stderr.strip().splitlines()[-1:]})
+                summary = out / "audit_round.json"  # the first failed client's traceback, where one was kept
+                failed = [c for c in json.loads(summary.read_text()).get("clients", []) if c.get("traceback")] \
+                    if summary.is_file() else []
+                rows.append({"engine": name, "error": proc.stderr.strip().splitlines()[-1:][0][:300],
+                             "traceback": failed[0]["traceback"] if failed else None})
+                print(rows[-1]["traceback"], file=sys.stderr)
+                write(rows, args, show=False)
                 continue
             doc = json.loads(proc.stdout)
             exact = sum(sorted(r["labels"]) == truth[r["client"]] for r in doc["clients"])
@@ -81,21 +121,8 @@ def main(argv=None) -> int:
                          "s_per_client": round(wall / args.clients, 2), "labels_exact": exact,
                          "histogram": doc["histogram"]})
             print(rows[-1], file=sys.stderr, flush=True)
-    base = next((r["wall_s"] for r in rows if r.get("engine") == "j1" and "wall_s" in r), None)
-    lines = [f"# audit-round throughput ({args.clients} clients, labels + IG {args.iterations} iterations each)", "",
-             f"CPU: {platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads available; "
-             "the CLI in a subprocess (start-up included).", "",
-             "| engine | wall (s) | s / client | speed-up vs -j 1 | labels exact |", "|---|---|---|---|---|"]
-    for r in rows:
-        if "error" in r:
-            lines.append(f"| {r['engine']} | error: {r['error']} | | | |")
-            continue
-        speed = f"{base / r['wall_s']:.2f}x" if base else "-"
-        lines.append(f"| {r['engine']} | {r['wall_s']} | {r['s_per_client']} | {speed} | {r['labels_exact']}/{r['clients']} |")
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "audit_round.json").write_text(json.dumps(rows, indent=1) + "\n")
-    (args.out / "audit_round.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+            write(rows, args, show=False)
+    write(rows, args)
     return 0
 
 

