@@ -70,3 +70,29 @@ def test_auto_keeps_the_earlier_route_on_a_model_too_large_for_client_fit(digits
         assert d["strategy"] == "hybrid, RLU on a delta" and d["chosen"] == "rlu"
     else:
         assert d["strategy"] == "ensemble (RLU does not fit)" and "client_fit_skipped" in d
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[
+    pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")])])
+def test_auto_reads_a_few_class_lenet_delta_by_client_fit_on_the_classes_it_shows(digits, device):
+    """A two-class client of an untrained DLG LeNet (K = 4 steps of 8, the first class first): the output layer's
+    delta shows mostly the last steps' class, so LLG, the few-class route, reads half the batch (0.50 when written);
+    the delta shows both classes present (presence.py), and ``auto`` projects client-fit's reading, which weighs
+    every step, onto them (0.94; docs/results/labels.md, "Shown classes on the LeNets' deltas")."""
+    from types import SimpleNamespace
+
+    from benchmarks.labels_fedavg import victims
+
+    x, y, aux = digits
+    idx = victims(y[:2000], 32, "two-class", torch.Generator().manual_seed(1))
+    tm = _tm(x[idx], y[idx], CaptureConfig(batch_size=8, local_steps=4, lr=0.01, kind="delta", bn_mode="eval"))
+    tm.model.to(device)
+    r = LabelJob(Session(aux=aux, device=torch.device(device)), tm, "auto").result()
+    d, shown = r.diagnostics, r.diagnostics["shown_classes"]
+    assert set(shown["classes"]) == set(y[idx].tolist())  # both present classes, no other
+    assert shown["before"]["strategy"] == "hybrid, few classes" and shown["before"]["chosen"] == "llg"
+    assert d["strategy"] == "hybrid, few shown classes on a delta (client-fit)" and d["chosen"] == "client-fit"
+    assert d["multi_step_aware"] and r.counts_int.count_nonzero() == 2 and int(r.counts_int.sum()) == 32
+    before = SimpleNamespace(counts_int=torch.tensor(shown["before"]["counts"]))
+    assert insacc(before, y[idx]) <= 0.6 and insacc(r, y[idx]) >= 0.9

@@ -33,7 +33,9 @@ bias-count, ZLG, iLRG, LLG, LLG+ and RLU (``--strategy ensemble`` everywhere), w
 by 4.1-7.5 points on the ConvNet's held-out batches (benchmarks/labels_ensemble.py). The ensemble trails the
 evidence on one-step updates, where it is not used. Last, on such a delta of a trained-like model, the classes its
 output-layer update shows present for certain (``_by_shown_on_delta``: at most three shown, bn-count's reading of
-the BN mixture projected onto them; two-class clients held out 67.9 -> 88.4%).
+the BN mixture projected onto them; two-class clients held out 67.9 -> 88.4%); on a delta of a model without
+batch-statistics BN whose outputs depend on the input, client-fit's reading projected onto them (the DLG LeNets'
+two-class clients held out 83.7 -> 93.2% at random init, 65.0 -> 87.4% trained).
 
 ``--strategy evidence``: run every applicable count method (aux data where given, Gaussian dummies
 otherwise), score each distinct count vector by how well it explains the output layer's update under the model
@@ -298,8 +300,7 @@ class Auto(LabelMethod):
         notes: dict = {}  # what a route tried and left, reported beside the chosen one
         with shared_head_passes():  # the methods it runs probe the head with the same images: one pass each
             result = self._choose(tm, session, notes)
-            if self.opt("strategy") == "hybrid" and tm.meta.local_steps > 1 and _batch_statistics(tm) \
-                    and tm.final_layer is not None:
+            if self.opt("strategy") == "hybrid" and tm.meta.local_steps > 1 and tm.final_layer is not None:
                 result = self._by_shown_on_delta(tm, session, result, notes)
         result.diagnostics.update(notes)
         return result
@@ -668,11 +669,12 @@ class Auto(LabelMethod):
         return self._with_shown(tm, session, spread, result, min_feature, few)
 
     def _with_shown(self, tm: ThreatModel, session: Session, spread: float | None, result: LabelResult,
-                    min_feature: float | None, few) -> LabelResult:
+                    min_feature: float | None, few, reroute: str | None = "bias-count") -> LabelResult:
         """The shown-classes step around ``few(shown, info)``, the answer where at most FEW_SHOWN classes are shown
         (None: go on): where more are shown, a route that read the batch as a few-class one (LLG) gives way to
-        bias-count; every shown class gets at least one sample. The classes, each row's relative minimum and the
-        route's answer (``before``) go to ``diagnostics.shown_classes``, or why the test cannot be read."""
+        ``reroute`` (the many-classes route's method; None: no reroute); every shown class gets at least one sample. The classes, each
+        row's relative minimum and the route's answer (``before``) go to ``diagnostics.shown_classes``, or why the
+        test cannot be read."""
         d = result.diagnostics
         why, shown, minima = _shown(tm, session, min_feature)
         if shown is None or minima is None:
@@ -689,10 +691,10 @@ class Auto(LabelMethod):
             answer = few(shown, info)
             if answer is not None:
                 return answer
-        elif d.get("chosen") == "llg" and d.get("strategy") in ("hybrid, few classes", "hybrid, three classes"):
-            runs, _ = _run_each(tm, session, ("bias-count",))
+        elif reroute and d.get("chosen") == "llg" and d.get("strategy") in ("hybrid, few classes", "hybrid, three classes"):
+            runs, _ = _run_each(tm, session, (reroute,))
             if runs:
-                info["rerouted"] = "more classes shown than the route's few-class reading: bias-count"
+                info["rerouted"] = f"more classes shown than the route's few-class reading: {reroute}"
                 result = self._routed(runs[0], d["strategy"] + ", rerouted by shown classes", spread,
                                       _negative_entries(tm), {})
         floored = presence.floor(result.counts_int, shown)
@@ -714,37 +716,58 @@ class Auto(LabelMethod):
         return None if counts is None else torch.tensor(counts)
 
     def _by_shown_on_delta(self, tm: ThreatModel, session: Session, result: LabelResult, notes: dict) -> LabelResult:
-        """A FedAvg delta of a model that normalises with batch statistics, after its routes: the classes the output
-        layer's weight update shows present for certain (presence.py: a delta of SGD, with or without momentum and
-        without weight decay, is a positive combination of gradients, so the test holds). A K-step client rarely
-        holds a sure sample of every step, and on the test model's 24 trained-ConvNet clients of 4-8 steps the test
-        showed every present class and no other. Where at most FEW_SHOWN classes are shown, the counts are bn-count's
-        reading of the BN mixture (which weighs every step's batch, while the output layer shows mostly the last
-        steps': a two-class client in class order reads as its second class there) projected onto them, else the
-        route's counts projected; where more are shown and the route read a few-class batch (LLG), bias-count; every
-        shown class gets at least one sample (held out on another trained ConvNet: two-class clients 67.9 -> 88.4%,
-        the others unchanged; docs/results/labels.md, "Shown classes on FedAvg deltas"). Trained-like outputs only:
-        at random init bn-count's reading collapses and the step was not measured."""
+        """A FedAvg delta, after its routes: the classes the output layer's weight update shows present for certain
+        (presence.py: a delta of SGD, with or without momentum and without weight decay, is a positive combination of
+        gradients, so the test holds). A K-step client rarely holds a sure sample of every step, and on the test
+        models' trained-ConvNet and LeNet clients of 4-8 steps the test showed no absent class. Where at most
+        FEW_SHOWN classes are shown, the counts are a reading that weighs every step's batch, projected onto them
+        (the output layer shows mostly the last steps': a two-class client in class order reads as its second class
+        there, and LLG, the few-class route, follows it); else the route's counts projected. Where more are shown
+        and the route read a few-class batch (LLG), the many-classes route's method; every shown class gets at least
+        one sample. The multi-step reading, by model:
+
+        * BatchNorm with batch statistics, trained-like outputs (spread >= SPREAD_THRESHOLD; at random init
+          bn-count's reading collapses and the step was not measured): bn-count's reading of the BN mixture; more
+          shown: bias-count (held out on another trained ConvNet: two-class clients 67.9 -> 88.4%, the others
+          unchanged; docs/results/labels.md, "Shown classes on FedAvg deltas");
+        * other models whose outputs depend on the input (spread >= INPUT_INDEPENDENT; below it RLU's model is exact
+          and its route is kept): client-fit's counts (the route's own where it ran); more shown: client-fit
+          (docs/results/labels.md, "Shown classes on the LeNets' deltas")."""
         d = result.diagnostics
         spread = d.get("softmax_spread")
-        if spread is None or spread < SPREAD_THRESHOLD:
+        bn = _batch_statistics(tm)
+        if spread is None or spread < (SPREAD_THRESHOLD if bn else INPUT_INDEPENDENT):
             return result
 
         def few(shown: torch.Tensor, info: dict) -> LabelResult | None:
             if not bool(shown.any()):
                 return None
-            reading = self._bn_reading(result, notes)
+            reading, name = (self._bn_reading(result, notes), "bn-count") if bn \
+                else (self._fit_reading(tm, session, result, fits), "client-fit")
             counts = presence.project(reading if reading is not None else result.counts_int, shown)
             if torch.equal(counts, result.counts_int):
                 return None
-            source = "BN reading" if reading is not None else "route's counts"
+            source = ("BN reading" if bn else "client-fit") if reading is not None else "route's counts"
             return LabelResult(counts.float(), counts, {
-                "chosen": "bn-count" if reading is not None else d.get("chosen"),
+                "chosen": name if reading is not None else d.get("chosen"),
                 "strategy": f"hybrid, few shown classes on a delta ({source})", **self._regime(spread),
                 "negative_bias_entries": _negative_entries(tm), "shown_classes": info,
-                "multi_step_aware": reading is not None}, result.warnings)
+                "multi_step_aware": reading is not None or bool(d.get("multi_step_aware"))}, result.warnings)
 
-        return self._with_shown(tm, session, spread, result, None, few)
+        fits = sum(p.numel() for p in tm.model.parameters()) <= CLIENT_FIT_MAX_PARAMETERS
+        return self._with_shown(tm, session, spread, result, None, few,
+                                "bias-count" if bn else "client-fit" if fits else None)
+
+    @staticmethod
+    def _fit_reading(tm: ThreatModel, session: Session, result: LabelResult, fits: bool) -> torch.Tensor | None:
+        """client-fit's counts of a FedAvg delta: the route's where it chose client-fit, else a run of it (None where
+        it does not apply: no labelled aux images, or ``fits`` False: a model above CLIENT_FIT_MAX_PARAMETERS)."""
+        if result.diagnostics.get("chosen") == "client-fit":
+            return result.counts_int.clone()
+        if not fits:
+            return None
+        runs, _ = _run_each(tm, session, ("client-fit",))
+        return runs[0][1].counts_int.clone() if runs else None
 
     def _by_one_shown_class(self, tm: ThreatModel, session: Session, result: LabelResult,
                             min_feature: float | None) -> LabelResult:
