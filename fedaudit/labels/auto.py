@@ -31,11 +31,11 @@ routes (where the many-classes route's bias-count answers a client whose BN read
 reading and LLG's where those two agree: ``_by_agreement``), then get the mean of the count vectors of
 bias-count, ZLG, iLRG, LLG, LLG+ and RLU (``--strategy ensemble`` everywhere), which trails the best single method
 by 4.1-7.5 points on the ConvNet's held-out batches (benchmarks/labels_ensemble.py). The ensemble trails the
-evidence on one-step updates, where it is not used. Last, on such a delta of a trained-like model, the classes its
-output-layer update shows present for certain (``_by_shown_on_delta``: at most three shown, bn-count's reading of
-the BN mixture projected onto them; two-class clients held out 67.9 -> 88.4%); on a delta of a model without
-batch-statistics BN whose outputs depend on the input, client-fit's reading projected onto them (the DLG LeNets'
-two-class clients held out 83.7 -> 93.2% at random init, 65.0 -> 87.4% trained).
+evidence on one-step updates, where it is not used. Last, on any delta of a model whose outputs depend on the input,
+the classes its output-layer update shows present for certain (``_by_shown_on_delta``: at most three shown,
+bn-count's reading of the BN mixture projected onto them; two-class clients of the ConvNet held out 67.9 -> 88.4%
+trained, 68.2 -> 85.9% at random init); on a model without batch-statistics BN, client-fit's reading projected onto
+them (the DLG LeNets' two-class clients held out 83.7 -> 93.2% at random init, 65.0 -> 87.4% trained).
 
 ``--strategy evidence``: run every applicable count method (aux data where given, Gaussian dummies
 otherwise), score each distinct count vector by how well it explains the output layer's update under the model
@@ -672,9 +672,9 @@ class Auto(LabelMethod):
                     min_feature: float | None, few, reroute: str | None = "bias-count") -> LabelResult:
         """The shown-classes step around ``few(shown, info)``, the answer where at most FEW_SHOWN classes are shown
         (None: go on): where more are shown, a route that read the batch as a few-class one (LLG) gives way to
-        ``reroute`` (the many-classes route's method; None: no reroute); every shown class gets at least one sample. The classes, each
-        row's relative minimum and the route's answer (``before``) go to ``diagnostics.shown_classes``, or why the
-        test cannot be read."""
+        ``reroute`` (the many-classes route's method; None: no reroute); every shown class gets at least one sample.
+        The classes, each row's relative minimum and the route's answer (``before``) go to
+        ``diagnostics.shown_classes``, or why the test cannot be read."""
         d = result.diagnostics
         why, shown, minima = _shown(tm, session, min_feature)
         if shown is None or minima is None:
@@ -726,17 +726,19 @@ class Auto(LabelMethod):
         and the route read a few-class batch (LLG), the many-classes route's method; every shown class gets at least
         one sample. The multi-step reading, by model:
 
-        * BatchNorm with batch statistics, trained-like outputs (spread >= SPREAD_THRESHOLD; at random init
-          bn-count's reading collapses and the step was not measured): bn-count's reading of the BN mixture; more
-          shown: bias-count (held out on another trained ConvNet: two-class clients 67.9 -> 88.4%, the others
-          unchanged; docs/results/labels.md, "Shown classes on FedAvg deltas");
-        * other models whose outputs depend on the input (spread >= INPUT_INDEPENDENT; below it RLU's model is exact
-          and its route is kept): client-fit's counts (the route's own where it ran); more shown: client-fit
-          (docs/results/labels.md, "Shown classes on the LeNets' deltas")."""
+        * BatchNorm with batch statistics: bn-count's reading of the BN mixture (accepted or rejected; the route's
+          counts where bn-count did not run); more shown: bias-count (held out on another trained ConvNet: two-class
+          clients 67.9 -> 88.4%, the others unchanged; docs/results/labels.md, "Shown classes on FedAvg deltas"; at
+          random init, "Shown classes on the BN ConvNet at random init");
+        * other models: client-fit's counts (the route's own where it ran); more shown: client-fit
+          (docs/results/labels.md, "Shown classes on the LeNets' deltas").
+
+        Not where the outputs do not depend on the input (spread below INPUT_INDEPENDENT): RLU's model is exact there
+        and the route is kept (the PyTorch-init LeNet; not measured with the step)."""
         d = result.diagnostics
         spread = d.get("softmax_spread")
         bn = _batch_statistics(tm)
-        if spread is None or spread < (SPREAD_THRESHOLD if bn else INPUT_INDEPENDENT):
+        if spread is None or spread < INPUT_INDEPENDENT:
             return result
 
         def few(shown: torch.Tensor, info: dict) -> LabelResult | None:
