@@ -96,3 +96,36 @@ def test_auto_reads_a_few_class_lenet_delta_by_client_fit_on_the_classes_it_show
     assert d["multi_step_aware"] and r.counts_int.count_nonzero() == 2 and int(r.counts_int.sum()) == 32
     before = SimpleNamespace(counts_int=torch.tensor(shown["before"]["counts"]))
     assert insacc(before, y[idx]) <= 0.6 and insacc(r, y[idx]) >= 0.9
+
+
+@pytest.mark.slow
+def test_auto_reads_a_two_class_delta_of_an_input_independent_lenet_on_the_classes_it_shows(digits):
+    """The PyTorch-init LeNet gives every input the same softmax (spread 0.0004): a Dirichlet client keeps RLU's
+    route there (test_rlu.py), but a two-class client goes to LLG, which follows the last steps' class (0.72 when
+    written); the delta shows both classes and client-fit's reading projected onto them reads 0.94 (held out:
+    docs/results/labels.md, "Shown classes on the LeNets' deltas")."""
+    from types import SimpleNamespace
+
+    from benchmarks.labels_fedavg import victims
+    from fedaudit.client.capture import capture_update
+    from fedaudit.data.offline import MNIST_MEAN, MNIST_STD
+    from fedaudit.io.checkpoint import Checkpoint
+    from fedaudit.labels.auto import INPUT_INDEPENDENT
+    from fedaudit.models import ModelSpec, build_model
+    from fedaudit.threat_model import ThreatModel
+
+    x, y, aux = digits
+    spec = ModelSpec("lenet", 10, (1, 32, 32), MNIST_MEAN, MNIST_STD, {"init": "torch"})
+    torch.manual_seed(0)
+    net = build_model(spec)
+    idx = victims(y[:2000], 32, "two-class", torch.Generator().manual_seed(1))
+    cap = capture_update(net, spec, x[idx], y[idx], CaptureConfig(batch_size=8, local_steps=4, lr=0.01, kind="delta",
+                                                                   bn_mode="eval"))
+    tm = ThreatModel.from_tensors(Checkpoint.in_memory(spec, net), cap.tensors, cap.meta)
+    r = LabelJob(Session(aux=aux), tm, "auto").result()
+    d, shown = r.diagnostics, r.diagnostics["shown_classes"]
+    assert d["softmax_spread"] < INPUT_INDEPENDENT and shown["before"]["chosen"] == "llg"
+    assert set(shown["classes"]) == set(y[idx].tolist())
+    assert d["strategy"] == "hybrid, few shown classes on a delta (client-fit)"
+    before = SimpleNamespace(counts_int=torch.tensor(shown["before"]["counts"]))
+    assert insacc(before, y[idx]) <= 0.8 and insacc(r, y[idx]) >= 0.9

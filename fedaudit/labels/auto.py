@@ -31,8 +31,8 @@ routes (where the many-classes route's bias-count answers a client whose BN read
 reading and LLG's where those two agree: ``_by_agreement``), then get the mean of the count vectors of
 bias-count, ZLG, iLRG, LLG, LLG+ and RLU (``--strategy ensemble`` everywhere), which trails the best single method
 by 4.1-7.5 points on the ConvNet's held-out batches (benchmarks/labels_ensemble.py). The ensemble trails the
-evidence on one-step updates, where it is not used. Last, on any delta of a model whose outputs depend on the input,
-the classes its output-layer update shows present for certain (``_by_shown_on_delta``: at most three shown,
+evidence on one-step updates, where it is not used. Last, on any delta (after every route but RLU's on a model
+whose outputs do not depend on the input), the classes its output-layer update shows present for certain (``_by_shown_on_delta``: at most three shown,
 bn-count's reading of the BN mixture projected onto them; two-class clients of the ConvNet held out 67.9 -> 88.4%
 trained, 68.2 -> 85.9% at random init); on a model without batch-statistics BN, client-fit's reading projected onto
 them (the DLG LeNets' two-class clients held out 83.7 -> 93.2% at random init, 65.0 -> 87.4% trained).
@@ -733,12 +733,13 @@ class Auto(LabelMethod):
         * other models: client-fit's counts (the route's own where it ran); more shown: client-fit
           (docs/results/labels.md, "Shown classes on the LeNets' deltas").
 
-        Not where the outputs do not depend on the input (spread below INPUT_INDEPENDENT): RLU's model is exact there
-        and the route is kept (the PyTorch-init LeNet; not measured with the step)."""
+        Where the outputs do not depend on the input (spread below INPUT_INDEPENDENT) RLU's model is exact and its
+        route is kept; the step runs there after the other routes only (LLG's few classes: the PyTorch-init LeNet's
+        two-class clients; docs/results/labels.md, "Shown classes on the LeNets' deltas")."""
         d = result.diagnostics
         spread = d.get("softmax_spread")
         bn = _batch_statistics(tm)
-        if spread is None or spread < INPUT_INDEPENDENT:
+        if spread is None or spread < INPUT_INDEPENDENT and d.get("chosen") == "rlu":
             return result
 
         def few(shown: torch.Tensor, info: dict) -> LabelResult | None:
