@@ -32,10 +32,11 @@ reading and LLG's where those two agree: ``_by_agreement``), then get the mean o
 bias-count, ZLG, iLRG, LLG, LLG+ and RLU (``--strategy ensemble`` everywhere), which trails the best single method
 by 4.1-7.5 points on the ConvNet's held-out batches (benchmarks/labels_ensemble.py). The ensemble trails the
 evidence on one-step updates, where it is not used. Last, on any delta (after every route but RLU's on a model
-whose outputs do not depend on the input), the classes its output-layer update shows present for certain (``_by_shown_on_delta``: at most three shown,
-bn-count's reading of the BN mixture projected onto them; two-class clients of the ConvNet held out 67.9 -> 88.4%
-trained, 68.2 -> 85.9% at random init); on a model without batch-statistics BN, client-fit's reading projected onto
-them (the DLG LeNets' two-class clients held out 83.7 -> 93.2% at random init, 65.0 -> 87.4% trained).
+whose outputs do not depend on the input), the classes its output-layer update shows present for certain
+(``_by_shown_on_delta``: at most three shown, bn-count's reading of the BN mixture projected onto them; two-class
+clients of the ConvNet held out 67.9 -> 88.4% trained, 68.2 -> 85.9% at random init); on a model without
+batch-statistics BN, client-fit's reading projected onto them (the DLG LeNets' two-class clients held out 83.7 ->
+93.2% at random init, 65.0 -> 87.4% trained).
 
 ``--strategy evidence``: run every applicable count method (aux data where given, Gaussian dummies
 otherwise), score each distinct count vector by how well it explains the output layer's update under the model
@@ -691,7 +692,8 @@ class Auto(LabelMethod):
             answer = few(shown, info)
             if answer is not None:
                 return answer
-        elif reroute and d.get("chosen") == "llg" and d.get("strategy") in ("hybrid, few classes", "hybrid, three classes"):
+        elif reroute and d.get("chosen") == "llg" \
+                and d.get("strategy") in ("hybrid, few classes", "hybrid, three classes"):
             runs, _ = _run_each(tm, session, (reroute,))
             if runs:
                 info["rerouted"] = f"more classes shown than the route's few-class reading: {reroute}"
