@@ -110,7 +110,7 @@ def main(argv=None) -> int:
                 summary = out / "audit_round.json"  # the first failed client's traceback, where one was kept
                 failed = [c for c in json.loads(summary.read_text()).get("clients", []) if c.get("traceback")] \
                     if summary.is_file() else []
-                rows.append({"engine": name, "error": proc.stderr.strip().splitlines()[-1:][0][:300],
+                rows.append({"engine": name, "error": (proc.stderr.strip().splitlines() or [""])[-1][:300],
                              "traceback": failed[0]["traceback"] if failed else None})
                 print(rows[-1]["traceback"], file=sys.stderr)
                 write(rows, args, show=False)

@@ -25,13 +25,14 @@ def digit_split():
     return x[:4000], y[:4000], Aux(x[aux_idx], y[aux_idx], "images")
 
 
-def server_view(x, y, cfg, seed=0, model=None) -> ThreatModel:
-    """The server's view of ``model``'s update on (x, y); without a model, a fresh DLG LeNet from ``seed``."""
+def server_view(x, y, cfg, seed=0, model=None, spec: ModelSpec = SPEC) -> ThreatModel:
+    """The server's view of ``model``'s update on (x, y); without a model, a fresh ``spec`` model (the DLG LeNet)
+    from ``seed``."""
     if model is None:
         torch.manual_seed(seed)
-        model = build_model(SPEC)
-    cap = capture_update(model, SPEC, x, y, cfg)
-    return ThreatModel.from_tensors(Checkpoint.in_memory(SPEC, model), cap.tensors, cap.meta)
+        model = build_model(spec)
+    cap = capture_update(model, spec, x, y, cfg)
+    return ThreatModel.from_tensors(Checkpoint.in_memory(spec, model), cap.tensors, cap.meta)
 
 
 def trained_lenet(x, y, lr: float, epochs: int):

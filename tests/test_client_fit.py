@@ -107,21 +107,15 @@ def test_auto_reads_a_two_class_delta_of_an_input_independent_lenet_on_the_class
     from types import SimpleNamespace
 
     from benchmarks.labels_fedavg import victims
-    from fedaudit.client.capture import capture_update
     from fedaudit.data.offline import MNIST_MEAN, MNIST_STD
-    from fedaudit.io.checkpoint import Checkpoint
     from fedaudit.labels.auto import INPUT_INDEPENDENT
-    from fedaudit.models import ModelSpec, build_model
-    from fedaudit.threat_model import ThreatModel
+    from fedaudit.models import ModelSpec
 
     x, y, aux = digits
     spec = ModelSpec("lenet", 10, (1, 32, 32), MNIST_MEAN, MNIST_STD, {"init": "torch"})
-    torch.manual_seed(0)
-    net = build_model(spec)
     idx = victims(y[:2000], 32, "two-class", torch.Generator().manual_seed(1))
-    cap = capture_update(net, spec, x[idx], y[idx], CaptureConfig(batch_size=8, local_steps=4, lr=0.01, kind="delta",
-                                                                   bn_mode="eval"))
-    tm = ThreatModel.from_tensors(Checkpoint.in_memory(spec, net), cap.tensors, cap.meta)
+    tm = _tm(x[idx], y[idx], CaptureConfig(batch_size=8, local_steps=4, lr=0.01, kind="delta", bn_mode="eval"),
+             spec=spec)
     r = LabelJob(Session(aux=aux), tm, "auto").result()
     d, shown = r.diagnostics, r.diagnostics["shown_classes"]
     assert d["softmax_spread"] < INPUT_INDEPENDENT and shown["before"]["chosen"] == "llg"

@@ -179,6 +179,11 @@ def _shown(tm: ThreatModel, session: Session, min_feature: float | None
     return why, shown, minima
 
 
+def _parameters(tm: ThreatModel) -> int:
+    """The model's parameter count (client-fit runs only up to CLIENT_FIT_MAX_PARAMETERS)."""
+    return sum(p.numel() for p in tm.model.parameters())
+
+
 def _with_aux(tm: ThreatModel, session: Session, method: type[LabelMethod]) -> Session:
     """The session a candidate runs with: Gaussian dummies for a method that takes aux data when none was given."""
     if session.aux is None and method.aux in ("optional", "labelled"):
@@ -640,8 +645,7 @@ class Auto(LabelMethod):
 
     def _by_shown_classes(self, tm: ThreatModel, session: Session, spread: float | None,
                           result: LabelResult, min_feature: float | None = None) -> LabelResult:
-        """A trained-like model's one-step update after the count routes (FedAvg deltas of BN models:
-        ``_by_shown_on_delta``; of other models: not measured, not used): the
+        """A trained-like model's one-step update after the count routes (FedAvg deltas: ``_by_shown_on_delta``): the
         classes whose output-weight-gradient row has a negative entry are present for certain
         (fedaudit/labels/presence.py). Where at most FEW_SHOWN are shown, the batch is read as those classes only:
         the mean of the SHOWN_MEMBERS' counts, each projected onto them (a count method spreads a few-class batch over
@@ -743,6 +747,7 @@ class Auto(LabelMethod):
         bn = _batch_statistics(tm)
         if spread is None or spread < INPUT_INDEPENDENT and d.get("chosen") == "rlu":
             return result
+        fits = not bn and _parameters(tm) <= CLIENT_FIT_MAX_PARAMETERS
 
         def few(shown: torch.Tensor, info: dict) -> LabelResult | None:
             if not bool(shown.any()):
@@ -759,7 +764,6 @@ class Auto(LabelMethod):
                 "negative_bias_entries": _negative_entries(tm), "shown_classes": info,
                 "multi_step_aware": reading is not None or bool(d.get("multi_step_aware"))}, result.warnings)
 
-        fits = sum(p.numel() for p in tm.model.parameters()) <= CLIENT_FIT_MAX_PARAMETERS
         return self._with_shown(tm, session, spread, result, None, few,
                                 "bias-count" if bn else "client-fit" if fits else None)
 
@@ -820,7 +824,7 @@ class Auto(LabelMethod):
             return self._routed(rlu, "hybrid, RLU on a delta (input-independent outputs)", spread, negative, extra)
         if ensemble is not None and rlu is not None:
             ensemble.diagnostics["rlu_residual"] = extra["rlu_residual"]
-        size = sum(p.numel() for p in tm.model.parameters())
+        size = _parameters(tm)
         if size > CLIENT_FIT_MAX_PARAMETERS:  # the earlier route
             if rlu is not None and extra["rlu_residual"] < RLU_MAX_RESIDUAL:
                 return self._routed(rlu, "hybrid, RLU on a delta", spread, negative, extra)
