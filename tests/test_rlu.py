@@ -16,6 +16,7 @@ from fedaudit.labels import LABEL_METHODS
 from fedaudit.labels.auto import INPUT_INDEPENDENT, MARGIN
 from fedaudit.labels.base import integer_counts
 from fedaudit.labels.evidence import Evidence
+from fedaudit.metrics.label_floor import uniform_floor
 from fedaudit.metrics.labels import label_metrics
 from fedaudit.models import ModelSpec, build_model
 from fedaudit.models.normalize import normalize
@@ -295,6 +296,14 @@ def test_labels_fedavg_benchmark_runs_a_small_grid_with_records_and_their_summar
     assert reused >= 1
     table = summarise([tmp_path], tmp_path, [])
     assert "| all |  |  | 4 |" in table and "now - before: +0.00" in table
+    # the uniform floor: in every record and row, and read back from the records by benchmarks.labels_floor
+    from benchmarks.labels_floor import records as floor_records
+    from benchmarks.labels_floor import table as floor_table
+    assert all(r["floor"] == uniform_floor(torch.tensor(r["truth"]))["InsAcc"] for r in records)
+    assert [r["floor"] for r in rows] == [r["floor"] for r in records]  # one trial per row
+    assert "| floor |" in (tmp_path / "labels_fedavg.md").read_text()
+    by_k = floor_table(floor_records([tmp_path / "labels_fedavg_clients.jsonl"]), ["state", "K"])
+    assert by_k.count("| random init |") == 2 and by_k.count("| trained |") == 2
 
 
 def test_auto_picks_the_exact_method_on_b4_batches_of_a_dlg_init_lenet(digits):

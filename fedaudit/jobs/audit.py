@@ -156,6 +156,7 @@ class AuditJob:
                     "risk_band_estimated": report.get("risk_band_estimated"),
                     "risk_band_estimated_confidence": report.get("risk_band_estimated_confidence"),
                     "label_insacc": (report["labels"].get("metrics") or {}).get("InsAcc"), "label_method": job.label_method,
+                    "label_insacc_floor": ((report["labels"].get("metrics") or {}).get("floor") or {}).get("InsAcc"),
                     "iterations": report["attack"]["iterations_run"], "seconds": report["timings"].get("attack"),
                     "report": f"{prefix}report.json", "grid": f"{prefix}grid.png" if result.images.shape[0] else None,
                     "status": report["status"],

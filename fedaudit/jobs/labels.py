@@ -10,6 +10,7 @@ from fedaudit.channels import bn_statistics
 from fedaudit.io.truth import Truth
 from fedaudit.labels import LABEL_METHODS
 from fedaudit.labels.base import LabelMethod, LabelResult
+from fedaudit.metrics.label_floor import uniform_floor
 from fedaudit.metrics.labels import CLSACC_VARIANT, counts, label_metrics
 from fedaudit.session import Session
 from fedaudit.threat_model import ThreatModel
@@ -66,7 +67,8 @@ class LabelJob:
         return out
 
     def run(self, truth: Truth | None = None) -> dict[str, Any]:
-        """The JSON result of ``fedaudit labels``; with ``truth``, InsAcc/ClsAcc/LnAcc/LeAcc against it."""
+        """The JSON result of ``fedaudit labels``; with ``truth``, InsAcc/ClsAcc/LnAcc/LeAcc against it and the
+        uniform-count floor beside them (what an even guess that ignores the update scores)."""
         cls = type(self.instance)
         t0 = time.perf_counter()
         result = self.result()
@@ -90,7 +92,10 @@ class LabelJob:
         if truth is not None:
             true = counts(truth.step_labels(self.tm.meta.local_steps), self.tm.spec.num_classes)
             out["truth_counts"] = true.tolist()
-            out["metrics"] = {**label_metrics(result.counts_int, true), "ClsAcc_variant": CLSACC_VARIANT}
+            metrics = label_metrics(result.counts_int, true)
+            floor = uniform_floor(true)  # what an even guess scores on this batch, read without the update
+            out["metrics"] = {**metrics, "ClsAcc_variant": CLSACC_VARIANT, "floor": floor,
+                              "InsAcc_above_floor": metrics["InsAcc"] - float(floor["InsAcc"])}
         evidence = label_evidence(self.tm, self.session, self.method, result)  # truth-free (docs/methods/verdict.md)
         out["evidence"] = evidence
         out["warnings"] = list(result.warnings) + self.reliability_warnings(result, evidence)

@@ -43,7 +43,9 @@ def render_audit_html(audit: dict[str, Any], grids: dict[str, bytes]) -> str:
                              f"estimated without truth: {e(_band(c.get('risk_band_estimated') or 'none'))}"
                              f" (confidence {_num(c.get('risk_band_estimated_confidence'))})<br>"
                              f"PSNR {_num(c.get('psnr'))} &middot; SSIM {_num(c.get('ssim'))} &middot; LPIPS {_num(c.get('lpips'))}<br>"
-                             f"labels InsAcc {_num(c.get('label_insacc'))} ({e(str(c.get('label_method')))}){feat}"
+                             f"labels InsAcc {_num(c.get('label_insacc'))} ({e(str(c.get('label_method')))})"
+                             + (f", an even guess {_num(c['label_insacc_floor'])}" if c.get("label_insacc_floor") is not None
+                                else "") + f"{feat}"
                              f"<br><a href='{e(c['report'].replace('.json', '.html'))}'>cell report</a>{img}</td>")
         parts.append("</tr>")
     parts.append("</table>")

@@ -63,7 +63,8 @@ def audit(**kw) -> None:
         inputs = {k: kw[k] for k in ("checkpoint", "update", "truth", "eval_images")}
         doc = job.run_to(outdir, inputs, on_cell=lambda c: info_line(_cell_line(c), session.quiet))
     emit_json({"out": str(kw["out"]), "status": doc["status"], "worst_risk_band": doc["worst_risk_band"],
-               "cells": [{k: c.get(k) for k in ("defense", "attack", "psnr", "ssim", "risk_band", "risk_band_estimated", "label_insacc", "error")}
+               "cells": [{k: c.get(k) for k in ("defense", "attack", "psnr", "ssim", "risk_band", "risk_band_estimated",
+                                                "label_insacc", "label_insacc_floor", "error")}
                          for c in doc["cells"]]})
     if doc["status"] == "interrupted":
         info_line("interrupted: the cells finished so far were written", session.quiet)

@@ -23,6 +23,8 @@ def _table(out: dict) -> Table:
     if "metrics" in out:
         m = out["metrics"]
         t.caption = "  ".join(f"{k} {m[k]:.3f}" for k in ("InsAcc", "ClsAcc", "LnAcc", "LeAcc"))
+        if "floor" in m:  # an even guess's InsAcc: a reading at or below it shows nothing of the batch
+            t.caption += f"\nInsAcc floor (an even guess, no update read) {m['floor']['InsAcc']:.3f}"
     return t
 
 
