@@ -56,7 +56,9 @@ PSEUDO = {"auto-rules": ("auto", {"strategy": "rules"}), "auto-evidence": ("auto
           # K > 1: bn-count with the aux images normalised by the buffers' mixture statistics, or in random splits
           "bn-count-mixture": ("bn-count", {"aux-batches": "mixture"}),
           "bn-count-simulated": ("bn-count", {"aux-batches": "simulated"}),
-          "bn-count-matched": ("bn-count", {"aux-batches": "matched"})}
+          "bn-count-matched": ("bn-count", {"aux-batches": "matched"}),
+          # client-fit without the pull of its steps' mixes toward their mean (the code before its --pool)
+          "client-fit-unpooled": ("client-fit", {"pool": 0.0})}
 SHAPE = (1, 32, 32)
 DISTS = ["random", "repeated", "single"]
 SWEEP_TRIALS = 4

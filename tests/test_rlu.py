@@ -8,9 +8,8 @@ import json
 import pytest
 import torch
 
-from fedaudit.client.capture import CaptureConfig, capture_update
+from fedaudit.client.capture import CaptureConfig
 from fedaudit.data.offline import MNIST_MEAN, MNIST_STD, mnist_digits
-from fedaudit.io.checkpoint import Checkpoint
 from fedaudit.jobs import Aux, LabelJob, Session
 from fedaudit.labels import LABEL_METHODS
 from fedaudit.labels.auto import INPUT_INDEPENDENT, MARGIN
@@ -20,7 +19,6 @@ from fedaudit.metrics.label_floor import uniform_floor
 from fedaudit.metrics.labels import label_metrics
 from fedaudit.models import ModelSpec, build_model
 from fedaudit.models.normalize import normalize
-from fedaudit.threat_model import ThreatModel
 
 from .helpers import assert_one_error_line, insacc, sample
 from .mnist_lenet import SPEC
@@ -338,9 +336,8 @@ def test_auto_takes_client_fit_on_a_dirichlet_client_delta_of_a_model_without_ba
     routed, ensemble = [], []
     for trial in range(2):
         idx = victims(y[:2000], 64, "dirichlet", torch.Generator().manual_seed(50 + trial))
-        cap = capture_update(model, spec, x[idx], y[idx], CaptureConfig(batch_size=16, local_steps=4, lr=0.02,
-                                                                         kind="delta", bn_mode="eval"))
-        tm = ThreatModel.from_tensors(Checkpoint.in_memory(spec, model), cap.tensors, cap.meta)
+        tm = _tm(x[idx], y[idx], CaptureConfig(batch_size=16, local_steps=4, lr=0.02, kind="delta", bn_mode="eval"),
+                 model=model, spec=spec)
         chosen = LabelJob(Session(aux=aux), tm, "auto").result()
         d = chosen.diagnostics
         assert d["strategy"] == "hybrid, client-fit on a delta" and d["chosen"] == "client-fit", d["strategy"]
@@ -353,18 +350,16 @@ def test_auto_takes_client_fit_on_a_dirichlet_client_delta_of_a_model_without_ba
     print(routed, ensemble)
     assert sum(routed) >= sum(ensemble) + 0.2, (routed, ensemble)  # 1.59 against 1.28 when written (four: 3.38, 2.61)
     # a model without BatchNorm recorded with bn_mode "train" has no batch statistics either: the same route
-    cap = capture_update(model, spec, x[idx[:16]], y[idx[:16]], CaptureConfig(batch_size=8, local_steps=2, lr=0.02,
-                                                                               kind="delta", bn_mode="train"))
-    tm = ThreatModel.from_tensors(Checkpoint.in_memory(spec, model), cap.tensors, cap.meta)
+    tm = _tm(x[idx[:16]], y[idx[:16]], CaptureConfig(batch_size=8, local_steps=2, lr=0.02, kind="delta",
+                                                     bn_mode="train"), model=model, spec=spec)
     assert LabelJob(Session(aux=aux), tm, "auto").result().diagnostics["strategy"] == "hybrid, client-fit on a delta"
     # a PyTorch-init LeNet gives every input the same softmax (spread 0.0004): RLU's model is exact there and it leads
     # client-fit on such Dirichlet clients (86.2 against 77.6 on the grid's random-init rows), so the route is RLU
     torch_spec = ModelSpec("lenet", 10, (1, 32, 32), MNIST_MEAN, MNIST_STD, {"init": "torch"})
     torch.manual_seed(0)
     torch_net = build_model(torch_spec)
-    cap = capture_update(torch_net, torch_spec, x[idx], y[idx], CaptureConfig(batch_size=16, local_steps=4, lr=0.02,
-                                                                             kind="delta", bn_mode="eval"))
-    tm = ThreatModel.from_tensors(Checkpoint.in_memory(torch_spec, torch_net), cap.tensors, cap.meta)
+    tm = _tm(x[idx], y[idx], CaptureConfig(batch_size=16, local_steps=4, lr=0.02, kind="delta", bn_mode="eval"),
+             model=torch_net, spec=torch_spec)
     d = LabelJob(Session(aux=aux), tm, "auto").result().diagnostics
     assert d["strategy"] == "hybrid, RLU on a delta (input-independent outputs)" and d["chosen"] == "rlu"
     assert d["softmax_spread"] < INPUT_INDEPENDENT
@@ -372,9 +367,8 @@ def test_auto_takes_client_fit_on_a_dirichlet_client_delta_of_a_model_without_ba
     torch.manual_seed(0)
     net = build_model(conv)
     idx = victims(y[:2000], 16, "dirichlet", torch.Generator().manual_seed(60))
-    cap = capture_update(net, conv, x[idx], y[idx], CaptureConfig(batch_size=8, local_steps=2, lr=0.02, kind="delta",
-                                                                   bn_mode="train"))
-    tm = ThreatModel.from_tensors(Checkpoint.in_memory(conv, net), cap.tensors, cap.meta)
+    tm = _tm(x[idx], y[idx], CaptureConfig(batch_size=8, local_steps=2, lr=0.02, kind="delta", bn_mode="train"),
+             model=net, spec=conv)
     d = LabelJob(Session(aux=aux), tm, "auto").result().diagnostics
     assert not d["strategy"].startswith("hybrid, client-fit")
     # the ensemble's RLU keeps the constant-gradient path there (the simulated progress gains nothing, costs more)
