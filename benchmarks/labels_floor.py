@@ -7,7 +7,9 @@ Each RECORDS file holds one JSON line per client with its true counts (``truth``
 InsAcc (``methods``), as ``benchmarks.labels_fedavg --records`` and the other label probes write them. Per group
 (``--by``: record fields) it prints the mean floor (fedaudit/metrics/label_floor.py, from the true counts), the mean
 InsAcc of `auto` and of the best single method (the one with the highest mean over the group, among the methods every
-client of the group ran), each less the floor, and on how many clients `auto` does not clear the floor. No model runs.
+client of the group ran), each less the floor, on how many clients `auto` does not clear the floor, and on how many
+`auto`'s counts draw the truth-free even-split warning (an even guess overlaps them by at least 0.9,
+fedaudit/jobs/labels.py) with those clients' mean InsAcc above their floor. No model runs.
 ``--sizes``: the mean floor of batches of N labels drawn uniformly from C classes (20,000 draws each, seed 0).
 """
 
@@ -22,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from fedaudit.jobs.labels import EVEN_SPLIT_WARN
 from fedaudit.metrics.label_floor import uniform_floor
 
 NOT_SINGLE = ("auto", "auto-rules", "auto-evidence", "auto-ensemble")
@@ -45,9 +48,10 @@ def table(clients: list[dict], by: list[str]) -> str:
     lines = ["InsAcc in %, mean over clients; floor: an even guess that reads no update; 'auto at or below the floor': "
              "clients whose `auto` InsAcc does not exceed their floor.", "",
              "| " + " | ".join(by) + " | clients | floor | auto | auto - floor | best single | best single - floor "
-             "| auto at or below the floor |", "|" + "---|" * (len(by) + 7)]
-    for key in sorted(groups, key=lambda k: tuple(str(v) for v in k)):
-        rows = groups[key]
+             "| auto at or below the floor | warned: clients, above the floor |", "|" + "---|" * (len(by) + 8)]
+    every = ("all", *[""] * (len(by) - 1))
+    for key in [*sorted(groups, key=lambda k: tuple(str(v) for v in k)), every]:
+        rows = groups[key] if key != every else clients
         floor = [float(uniform_floor(torch.tensor(r["truth"]))["InsAcc"]) for r in rows]
         singles = [m for m in rows[0]["methods"] if m not in NOT_SINGLE
                    and all("InsAcc" in r["methods"].get(m, {}) for r in rows)]
@@ -66,6 +70,9 @@ def table(clients: list[dict], by: list[str]) -> str:
         else:
             cells += ["-", "-"]
         cells.append(str(sum(a <= fl + 1e-9 for a, fl in zip(auto, floor))) if auto else "-")
+        warned = [r["methods"]["auto"]["InsAcc"] - fl for r, fl in zip(rows, floor) if auto and "counts" in r["methods"]["auto"]
+                  and float(uniform_floor(torch.tensor(r["methods"]["auto"]["counts"]))["InsAcc"]) >= EVEN_SPLIT_WARN]
+        cells.append(f"{len(warned)}, {100 * statistics.mean(warned):+.1f}" if warned else "0" if auto else "-")
         lines.append("| " + " | ".join(str(v) for v in key) + " | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -85,3 +85,27 @@ def test_labels_report_their_evidence_and_no_images_give_no_band():
     assert 0 <= ev["agreement"] <= 1 and set(ev["agreement_by_method"]) >= {"bias-count", "zlg", "ilrg"}
     assert ev["determined"] in ("yes", "partly", "no")
     assert estimate({"channels": {}})["band"] is None
+
+
+def test_label_evidence_says_when_the_counts_are_an_even_split(digits):
+    """Truth-free: counts an even guess overlaps by at least 0.9 get a warning that they show little beyond a
+    balanced batch; a one-class batch's counts do not (the even guess overlaps them by 0.1)."""
+    from fedaudit.data.offline import MNIST_MEAN, MNIST_STD
+    from fedaudit.jobs.labels import EVEN_SPLIT_WARN
+
+    from .mnist_lenet import server_view
+
+    spec = ModelSpec("lenet", 10, (1, 32, 32), MNIST_MEAN, MNIST_STD, {"init": "torch"})  # bias-count exact there
+    x, y, aux = digits
+    two_each = torch.cat([torch.nonzero(y[:2000] == c).flatten()[:2] for c in range(10)])
+    one_class = torch.nonzero(y[:2000] == 3).flatten()[:20]
+    outs = []
+    for idx in (two_each, one_class):
+        tm = server_view(x[idx], y[idx], CaptureConfig(batch_size=20, bn_mode="eval"), spec=spec)
+        outs.append(LabelJob(Session(aux=aux), tm, "bias-count").run())
+    even, single = outs
+    assert even["counts_int"] == [2] * 10
+    assert even["evidence"]["even_split_overlap"] == 1.0 >= EVEN_SPLIT_WARN
+    assert any("close to an even split" in w for w in even["warnings"])
+    assert single["evidence"]["even_split_overlap"] < 0.5
+    assert not any("even split" in w for w in single["warnings"])

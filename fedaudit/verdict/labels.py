@@ -8,6 +8,10 @@
 * **Integrality**: 1 - 2 x the mean distance of the chosen method's raw per-class estimate from the nearest
   integer over the classes it counts (1: every raw count is an integer; 0: every one sits half way).
 * **Determined**: agreement >= 0.9 and integrality >= 0.6 ("yes"), agreement < 0.6 ("no"), else "partly".
+* **Even-split overlap**: how much an even guess that reads no update overlaps the chosen counts (the uniform floor,
+  fedaudit/metrics/label_floor.py, with the chosen counts in place of the truth). Near 1 the counts say little more
+  than that the batch is balanced, which an attacker would guess anyway; with the truth, the floor measures the same
+  (docs/results/labels.md, "The uniform floor").
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import torch
 from fedaudit.errors import NotApplicable
 from fedaudit.labels import LABEL_METHODS
 from fedaudit.labels.base import LabelResult
+from fedaudit.metrics.label_floor import uniform_floor
 from fedaudit.session import Aux, Session
 from fedaudit.threat_model import ThreatModel
 
@@ -76,5 +81,6 @@ def label_evidence(tm: ThreatModel, session: Session, method: str, result: Label
         determined = "no"
     else:
         determined = "partly"
+    even = float(uniform_floor(chosen)["InsAcc"]) if int(chosen.sum()) > 0 else None
     return {"agreement": agreement, "agreement_by_method": agree, "integrality": integ, "determined": determined,
-            "methods_compared": len(agree)}
+            "methods_compared": len(agree), "even_split_overlap": even}
