@@ -25,8 +25,9 @@ def describe_threat_model_inputs(tm: ThreatModel) -> dict[str, Any]:
 # methods whose counts model (or do not depend on) K local steps; bn-count reads the K batches' BN-buffer mixture
 MULTI_STEP_AWARE = ("rlu", "fedleak", "gdbr", "client-fit", "bn-count")
 RAW_SUM_TOLERANCE = 0.25
-# counts an even guess overlaps this much say little beyond a balanced batch (a random batch of 64 of 10 classes:
-# 0.85 on average, of 320: 0.93; docs/results/labels.md, "The uniform floor")
+# counts an even guess overlaps this much show little more than a guess that reads no update (a random batch of 64
+# of 10 classes: 0.85 on average, of 320: 0.93; trained models' softmax methods regress to an even split whatever the
+# batch; docs/results/labels.md, "The uniform floor")
 EVEN_SPLIT_WARN = 0.9
 
 
@@ -69,8 +70,9 @@ class LabelJob:
             out.append(f"the label methods disagree (agreement {agreement:.2f}): treat these labels as uncertain")
         even = evidence.get("even_split_overlap")
         if even is not None and even >= EVEN_SPLIT_WARN:
-            out.append(f"the counts are close to an even split of the batch (an even guess overlaps them by {even:.2f}): "
-                       "they show little beyond a balanced batch, which needs no update to guess")
+            out.append(f"the counts are close to an even split (an even guess overlaps them by {even:.2f}): they show "
+                       "little more of this batch than a guess that reads no update; do not read them as evidence that "
+                       "the batch is balanced")
         return out
 
     def run(self, truth: Truth | None = None) -> dict[str, Any]:
