@@ -88,8 +88,9 @@ def test_labels_report_their_evidence_and_no_images_give_no_band():
 
 
 def test_label_evidence_says_when_the_counts_are_an_even_split(digits):
-    """Truth-free: counts an even guess overlaps by at least 0.9 get a warning that they show little more than a
-    guess that reads no update; a one-class batch's counts do not (the even guess overlaps them by 0.1)."""
+    """Truth-free: counts an even guess overlaps by at least 0.9 get a warning that they add little to a guess that
+    reads no update (here bias-count's exact reading of a balanced batch: exact, and still no more than an even guess
+    gives); a one-class batch's counts do not (the even guess overlaps them by 0.1)."""
     from fedaudit.data.offline import MNIST_MEAN, MNIST_STD
     from fedaudit.jobs.labels import EVEN_SPLIT_WARN
 

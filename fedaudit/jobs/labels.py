@@ -70,9 +70,9 @@ class LabelJob:
             out.append(f"the label methods disagree (agreement {agreement:.2f}): treat these labels as uncertain")
         even = evidence.get("even_split_overlap")
         if even is not None and even >= EVEN_SPLIT_WARN:
-            out.append(f"the counts are close to an even split (an even guess overlaps them by {even:.2f}): they show "
-                       "little more of this batch than a guess that reads no update; do not read them as evidence that "
-                       "the batch is balanced")
+            out.append(f"the counts are close to an even split (an even guess overlaps them by {even:.2f}): they add "
+                       "little to a guess that reads no update, and on a trained model the count methods drift toward "
+                       "an even split whatever the batch, so they are weak evidence that the batch is balanced")
         return out
 
     def run(self, truth: Truth | None = None) -> dict[str, Any]:

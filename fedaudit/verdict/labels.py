@@ -9,9 +9,9 @@
   integer over the classes it counts (1: every raw count is an integer; 0: every one sits half way).
 * **Determined**: agreement >= 0.9 and integrality >= 0.6 ("yes"), agreement < 0.6 ("no"), else "partly".
 * **Even-split overlap**: how much an even guess that reads no update overlaps the chosen counts (the uniform floor,
-  fedaudit/metrics/label_floor.py, with the chosen counts in place of the truth). Near 1 the counts show little more
-  than a guess that reads no update, and say nothing of whether the batch is balanced (on trained models the softmax
-  methods regress to an even split whatever the batch); with the truth, the floor measures the same
+  fedaudit/metrics/label_floor.py, with the chosen counts in place of the truth). Near 1 the counts add little to a
+  guess that reads no update and are weak evidence that the batch is balanced (on trained models the count methods
+  drift toward an even split whatever the batch); with the truth, the floor measures the same
   (docs/results/labels.md, "The uniform floor").
 """
 
