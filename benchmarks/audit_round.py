@@ -65,8 +65,8 @@ def make_round(folder: Path, clients: int, batch: int = 4) -> dict[str, list[int
     return truth
 
 
-def write(rows: list[dict], args, show: bool = True) -> None:
-    """The rows so far as OUT/audit_round.json and .md (after every engine: a run stopped by a time limit keeps them)."""
+def write(rows: list[dict], args) -> str:
+    """The rows so far as OUT/audit_round.json and .md; returns the markdown table."""
     base = next((r["wall_s"] for r in rows if r.get("engine", "").partition("@")[0] == "j1" and "wall_s" in r), None)
     lines = [f"# audit-round throughput ({args.clients} clients, labels + IG {args.iterations} iterations each)", "",
              f"CPU: {platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads available"
@@ -82,8 +82,7 @@ def write(rows: list[dict], args, show: bool = True) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "audit_round.json").write_text(json.dumps(rows, indent=1) + "\n")
     (args.out / "audit_round.md").write_text("\n".join(lines) + "\n")
-    if show:
-        print("\n".join(lines))
+    return "\n".join(lines)
 
 
 def main(argv=None) -> int:
@@ -113,16 +112,15 @@ def main(argv=None) -> int:
                 rows.append({"engine": name, "error": (proc.stderr.strip().splitlines() or [""])[-1][:300],
                              "traceback": failed[0]["traceback"] if failed else None})
                 print(rows[-1]["traceback"], file=sys.stderr)
-                write(rows, args, show=False)
-                continue
-            doc = json.loads(proc.stdout)
-            exact = sum(sorted(r["labels"]) == truth[r["client"]] for r in doc["clients"])
-            rows.append({"engine": name, "clients": args.clients, "wall_s": round(wall, 1),
-                         "s_per_client": round(wall / args.clients, 2), "labels_exact": exact,
-                         "histogram": doc["histogram"]})
-            print(rows[-1], file=sys.stderr, flush=True)
-            write(rows, args, show=False)
-    write(rows, args)
+            else:
+                doc = json.loads(proc.stdout)
+                exact = sum(sorted(r["labels"]) == truth[r["client"]] for r in doc["clients"])
+                rows.append({"engine": name, "clients": args.clients, "wall_s": round(wall, 1),
+                             "s_per_client": round(wall / args.clients, 2), "labels_exact": exact,
+                             "histogram": doc["histogram"]})
+                print(rows[-1], file=sys.stderr, flush=True)
+            table = write(rows, args)  # after every engine: a run stopped by a time limit keeps the rows so far
+    print(table)
     return 0
 
 

@@ -26,6 +26,7 @@ import torch
 
 from fedaudit.jobs.labels import EVEN_SPLIT_WARN
 from fedaudit.metrics.label_floor import uniform_floor
+from fedaudit.verdict.labels import even_split_overlap
 
 NOT_SINGLE = ("auto", "auto-rules", "auto-evidence", "auto-ensemble")
 
@@ -71,7 +72,7 @@ def table(clients: list[dict], by: list[str]) -> str:
             cells += ["-", "-"]
         cells.append(str(sum(a <= fl + 1e-9 for a, fl in zip(auto, floor))) if auto else "-")
         warned = [r["methods"]["auto"]["InsAcc"] - fl for r, fl in zip(rows, floor) if auto and "counts" in r["methods"]["auto"]
-                  and float(uniform_floor(torch.tensor(r["methods"]["auto"]["counts"]))["InsAcc"]) >= EVEN_SPLIT_WARN]
+                  and (even_split_overlap(torch.tensor(r["methods"]["auto"]["counts"])) or 0) >= EVEN_SPLIT_WARN]
         cells.append(f"{len(warned)}, {100 * statistics.mean(warned):+.1f}" if warned else "0" if auto else "-")
         lines.append("| " + " | ".join(str(v) for v in key) + " | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

@@ -150,13 +150,14 @@ class AuditJob:
                 job.write(out, result, truth, prefix=prefix)
                 m = report.get("metrics", {})
                 summary = m.get("summary", {})
+                label_metrics = report["labels"].get("metrics") or {}
                 cell.update({
                     "psnr": (summary.get("psnr") or {}).get("mean"), "ssim": (summary.get("ssim") or {}).get("mean"),
                     "lpips": (summary.get("lpips") or {}).get("mean"), "risk_band": m.get("risk_band"),
                     "risk_band_estimated": report.get("risk_band_estimated"),
                     "risk_band_estimated_confidence": report.get("risk_band_estimated_confidence"),
-                    "label_insacc": (report["labels"].get("metrics") or {}).get("InsAcc"), "label_method": job.label_method,
-                    "label_insacc_floor": ((report["labels"].get("metrics") or {}).get("floor") or {}).get("InsAcc"),
+                    "label_insacc": label_metrics.get("InsAcc"), "label_method": job.label_method,
+                    "label_insacc_floor": (label_metrics.get("floor") or {}).get("InsAcc"),
                     "iterations": report["attack"]["iterations_run"], "seconds": report["timings"].get("attack"),
                     "report": f"{prefix}report.json", "grid": f"{prefix}grid.png" if result.images.shape[0] else None,
                     "status": report["status"],

@@ -47,6 +47,12 @@ def integrality(raw: torch.Tensor, ints: torch.Tensor) -> float | None:
     return float(1 - 2 * gap)
 
 
+def even_split_overlap(counts: torch.Tensor) -> float | None:
+    """How much an even guess that reads no update overlaps ``counts`` (the uniform floor with them as the truth);
+    None for an empty count vector."""
+    return float(uniform_floor(counts)["InsAcc"]) if int(counts.sum()) > 0 else None
+
+
 def _others(tm: ThreatModel, session: Session, method: str, result: LabelResult) -> dict[str, torch.Tensor]:
     cands = result.diagnostics.get("candidates")
     if cands:
@@ -82,6 +88,5 @@ def label_evidence(tm: ThreatModel, session: Session, method: str, result: Label
         determined = "no"
     else:
         determined = "partly"
-    even = float(uniform_floor(chosen)["InsAcc"]) if int(chosen.sum()) > 0 else None
     return {"agreement": agreement, "agreement_by_method": agree, "integrality": integ, "determined": determined,
-            "methods_compared": len(agree), "even_split_overlap": even}
+            "methods_compared": len(agree), "even_split_overlap": even_split_overlap(chosen)}
