@@ -427,7 +427,8 @@ def test_the_label_benchmarks_floor_redraws_the_stored_batches():
     exact = 0
     for r in stored["rows"]:
         key = (r["dist"], r["B"])
-        cells.setdefault(key, cell_batches(py, r["B"], r["dist"], 4))
+        if key not in cells:  # one draw per cell (setdefault would re-draw the cell for every stored row)
+            cells[key] = cell_batches(py, r["B"], r["dist"], 4)
         truth = torch.bincount(py[cells[key][r["trial"]]], minlength=10)
         assert r["floor"]["InsAcc"] == pytest.approx(uniform_floor(truth)["InsAcc"])
         auto = r["results"].get("auto", {})
