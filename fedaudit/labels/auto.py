@@ -196,6 +196,12 @@ def _batch_statistics(tm: ThreatModel) -> bool:
     return tm.train_bn and tm.has_batchnorm
 
 
+def _input_independent(spread: float | None) -> bool:
+    """Whether the model gives every input (nearly) the same softmax (spread below INPUT_INDEPENDENT): RLU's model of
+    the output layer is then exact."""
+    return spread is not None and spread < INPUT_INDEPENDENT
+
+
 def _negative_entries(tm: ThreatModel) -> int:
     """How many output-bias-gradient entries are negative (0 where the update has no bias gradient)."""
     gb = tm.final_bias_grad
@@ -330,7 +336,7 @@ class Auto(LabelMethod):
                 if result is not None:
                     return self._by_one_shown_class(tm, session, result, min_feature)
                 rejected = None  # bn-count's reading of a BN mixture that failed its checks
-                if tm.meta.local_steps > 1 and _batch_statistics(tm):
+                if tm.meta.local_steps > 1 and _batch_statistics(tm) and not _input_independent(spread):
                     result, rejected = self._by_bn_mixture(tm, session, spread, notes)
                     if result is not None:
                         return result
@@ -339,6 +345,10 @@ class Auto(LabelMethod):
                     return self._by_shown_classes(tm, session, spread, result, min_feature=min_feature)
             if tm.meta.local_steps > 1 and not _batch_statistics(tm) and not exact:
                 result = self._by_client_fit(tm, session, spread)
+                if result is not None:
+                    return result
+            if tm.meta.local_steps > 1 and _batch_statistics(tm) and _input_independent(spread) and not exact:
+                result = self._by_rlu_input_independent(tm, session, spread)
                 if result is not None:
                     return result
             strategy = "rules" if rules_exact else "ensemble" if tm.meta.local_steps > 1 else "evidence"
@@ -842,6 +852,20 @@ class Auto(LabelMethod):
         extra["candidates"] = [*candidates, {"method": name, "counts": result.counts_int.tolist(),
                                              "seconds": round(seconds, 3), "fit": result.diagnostics["fit"]}]
         return self._routed(fitted[0], "hybrid, client-fit on a delta", spread, negative, extra)
+
+    def _by_rlu_input_independent(self, tm: ThreatModel, session: Session,
+                                  spread: float | None) -> LabelResult | None:
+        """A FedAvg delta of a model that normalises with batch statistics and gives every input (nearly) the same
+        softmax (a ResNet at random init), not routed by its class count: RLU, whose model of the output layer is
+        then exact, as on models without such BatchNorm (``_by_client_fit``). The BN-mixture reading is not tried
+        before it there: at random init every layer's statistics depend on each batch's own normalisation, and
+        bn-count read 54-78% of the random-init ResNet-10's clients where RLU read 90-100 (docs/results/labels.md,
+        "ResNet-10 FedAvg deltas"). None where RLU does not apply (the ensemble follows)."""
+        runs, skipped = _run_each(tm, session, ("rlu",))
+        if not runs:
+            return None
+        return self._routed(runs[0], "hybrid, RLU on a delta (input-independent outputs)", spread,
+                            _negative_entries(tm), {"not_run": skipped})
 
     def _by_ensemble(self, tm: ThreatModel, session: Session, spread: float | None) -> LabelResult | None:
         """The mean of the applicable ENSEMBLE methods' integer count vectors, projected to integers summing to their
