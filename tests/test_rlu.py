@@ -302,6 +302,10 @@ def test_labels_fedavg_benchmark_runs_a_small_grid_with_records_and_their_summar
     assert "| floor |" in (tmp_path / "labels_fedavg.md").read_text()
     by_k = floor_table(floor_records([tmp_path / "labels_fedavg_clients.jsonl"]), ["state", "K"])
     assert by_k.count("| random init |") == 2 and by_k.count("| trained |") == 2
+    # read against an earlier run on the same clients (here: the same run), per client with its standard error
+    same = floor_table(records, ["state"], before=records)
+    assert "auto - best single (per client)" in same and "auto - before (per client)" in same
+    assert same.splitlines()[-1].endswith("| +0.0 +- 0.0 |")  # the 'all' row: four clients, no change
 
 
 def test_auto_picks_the_exact_method_on_b4_batches_of_a_dlg_init_lenet(digits):
