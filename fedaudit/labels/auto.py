@@ -121,7 +121,7 @@ ENSEMBLE = ("bias-count", "zlg", "ilrg", "llg", "llg-plus", "rlu")
 # RLU's model of the output layer is then nearly exact, and it leads client-fit, whose simulated batches add the draw
 # of the aux images (docs/results/labels.md, "client-fit"), and on a model with batch-statistics BatchNorm every
 # BN-statistics reading and the ensemble ("ResNet-10 and ResNet-18 FedAvg deltas"). Measured spreads: the PyTorch-init
-# LeNet 0.0004; CIFAR ResNet-10/18 at random init 0.039-0.055 (eight inits, widths 16 and 64); ConvNets at random
+# LeNet 0.0004; CIFAR ResNet-10/18 at random init 0.039-0.055 (twelve inits: ResNet-10 at widths 16 and 64, ResNet-18 at 16); ConvNets at random
 # init 0.114-0.131; the DLG LeNet 0.15 at random init. 0.05 (chosen on the LeNets) split the ResNet-18's inits, where
 # RLU led the ensemble by 3.0 +- 1.2 points per client: 0.08 lies in the gap between the ResNets and the ConvNets
 INPUT_INDEPENDENT = 0.08
@@ -863,7 +863,7 @@ class Auto(LabelMethod):
         softmax (a ResNet at random init), not routed by its class count: RLU, whose model of the output layer is
         then exact, as on models without such BatchNorm (``_by_client_fit``). The BN-mixture reading is not tried
         before it there: at random init every layer's statistics depend on each batch's own normalisation, and
-        bn-count read 54-78% of the random-init ResNet-10's clients where RLU read 90-100 (docs/results/labels.md,
+        on the random-init ResNet-10's random and Dirichlet clients bn-count read 63.4% and RLU 95.6 (docs/results/labels.md,
         "ResNet-10 and ResNet-18 FedAvg deltas"). None where RLU does not apply (the ensemble follows)."""
         runs, skipped = _run_each(tm, session, ("rlu",))
         if not runs:
