@@ -58,7 +58,9 @@ PSEUDO = {"auto-rules": ("auto", {"strategy": "rules"}), "auto-evidence": ("auto
           "bn-count-simulated": ("bn-count", {"aux-batches": "simulated"}),
           "bn-count-matched": ("bn-count", {"aux-batches": "matched"}),
           # client-fit without the pull of its steps' mixes toward their mean (the code before its --pool)
-          "client-fit-unpooled": ("client-fit", {"pool": 0.0})}
+          "client-fit-unpooled": ("client-fit", {"pool": 0.0}),
+          # RLU with S along simulated clients' own paths instead of the straight path at their progress
+          "rlu-replay": ("rlu", {"trajectory": "replay"})}
 SHAPE = (1, 32, 32)
 DISTS = ["random", "repeated", "single"]
 SWEEP_TRIALS = 4

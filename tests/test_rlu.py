@@ -436,3 +436,62 @@ def test_rlu_progress_places_a_fast_learning_client_further_along_its_path(digit
         straight.append(insacc(LabelJob(Session(aux=aux), tm, "rlu", {"trajectory": "interpolate"}).result(), y[idx]))
     print(progress, straight)
     assert sum(progress) >= sum(straight) + 0.15, (progress, straight)
+
+
+def test_momentum_ceiling_weighs_the_steps_counts_as_a_momentum_delta_does():
+    """Plain SGD weighs every step alike, so the bias shows the counts (100%); momentum 0.9 weighs the first of two
+    one-class batches 1.9 times the second: 8 x 1.9 / 2.9 = 5.24 of 8 read as the first class, one sample misread."""
+    from benchmarks.labels_trajectory import momentum_ceiling
+
+    per_step = torch.tensor([[4, 0, 0], [0, 4, 0]])
+    assert momentum_ceiling(per_step, 0.0) == 1.0
+    assert momentum_ceiling(per_step, 0.9) == pytest.approx(7 / 8)
+    assert momentum_ceiling(torch.tensor([[2, 2, 0], [2, 2, 0]]), 0.9) == 1.0  # equal batches: nothing to weigh
+
+
+@pytest.mark.slow
+def test_trajectory_benchmark_reads_how_far_a_step_moves_the_outputs(tmp_path):
+    """One two-step client of the DLG LeNet at random init: S at the client's true models (the oracle) and the
+    readings of why the straight path misses (step move, final move, off path; no momentum: ceiling 100)."""
+    from benchmarks import labels_trajectory as bench
+
+    assert bench.main(["--models", "lenet-dlg", "--states", "random init", "--rows", "2:0.01:0:8:random",
+                       "--columns", "global,true path", "--trials", "1", "--threads", "1", "--out", str(tmp_path)]) == 0
+    (row,) = json.loads((tmp_path / "labels_trajectory.json").read_text())
+    assert set(row["InsAcc"]) == {"global", "true path"} and 0 <= row["InsAcc"]["global"] <= 1
+    assert row["momentum ceiling"] == 1.0 and 0 < row["step move"] <= 2 and 0 < row["final move"] <= 2
+    assert 0 <= row["off path"] < 1 and 0 < row["floor"] < 1
+    assert "| step move |" in (tmp_path / "labels_trajectory.md").read_text()
+
+
+def test_rlu_replay_takes_s_along_simulated_clients_own_paths(digits):
+    """``--trajectory replay``: S along simulated clients' own models. A client that barely moves (lr 1e-6) keeps
+    every simulated model at the global one, so replay reads what ``global`` reads; at lr 0.01 its S_bar moves away
+    from the global model's, as the client's does. One step reads the global model whatever the trajectory."""
+    from fedaudit.labels.progress import simulated_confidence
+    from fedaudit.labels.rlu import class_confidence
+    from fedaudit.models.head import output_layer_io
+
+    x, y, aux = digits
+    idx = torch.randperm(len(y), generator=torch.Generator().manual_seed(5))[:64]
+    gen = torch.Generator().manual_seed(0)
+    moved = []
+    for lr in (1e-6, 0.01):
+        tm = _tm(x[idx], y[idx], CaptureConfig(batch_size=16, local_steps=4, lr=lr, momentum=0.9, kind="delta",
+                                               bn_mode="eval"))
+
+        def confidence(model, tm=tm):
+            _, z = output_layer_io(model, tm.spec, tm.output_layer, aux.images, tm.train_bn)
+            return class_confidence(z, aux.labels.long(), "empirical", 0, gen)
+
+        s0 = confidence(tm.model)
+        s_bar = simulated_confidence(tm, aux.images, aux.labels.long(), torch.ones(10), 2, gen, confidence)
+        moved.append(float((s_bar - s0).abs().max()))
+        if lr < 1e-3:
+            session = Session(aux=aux)
+            r = LabelJob(session, tm, "rlu", {"trajectory": "replay", "simulations": 2}).result()
+            assert r.diagnostics["trajectory"] == "replay" and r.diagnostics["refinements"] >= 1
+            assert r.labels == LabelJob(session, tm, "rlu", {"trajectory": "global"}).result().labels
+    assert moved[0] < 1e-4 < 0.05 < moved[1], moved
+    grad = _tm(x[idx[:16]], y[idx[:16]], CaptureConfig(batch_size=16, bn_mode="eval"))
+    assert LabelJob(Session(aux=aux), grad, "rlu", {"trajectory": "replay"}).result().diagnostics["trajectory"] == "global"

@@ -92,3 +92,39 @@ def simulated_progress(tm: ThreatModel, images: torch.Tensor, labels: torch.Tens
     if not runs:
         return fallback
     return torch.stack(runs).mean(0).clamp(0.0, 1.0).tolist()
+
+
+def simulated_confidence(tm: ThreatModel, images: torch.Tensor, labels: torch.Tensor, shares: torch.Tensor,
+                         simulations: int, gen: torch.Generator, confidence, normalized: bool = False) -> torch.Tensor:
+    """S_bar along the simulated clients' own paths: ``simulations`` clients as in :func:`simulated_progress`, each
+    step's S (``confidence(model)`` at the model the step's gradient is taken at) weighted by the momentum weights
+    and averaged over the clients. Unlike the progress fractions, the path itself is the simulation's, not the
+    straight line to the client's final model (RLU ``--trajectory replay``)."""
+    from fedaudit.conversion import momentum_weights
+
+    steps, b = tm.meta.local_steps, tm.batch_size or 1
+    momentum, wd = optimizer_terms(tm.meta)
+    lr = float(tm.meta.local_lr or 0.0)
+    weights = torch.tensor(momentum_weights(steps, momentum), dtype=torch.float64)
+    weights = weights / weights.sum()
+    pools = [torch.nonzero(labels == c).flatten() for c in range(tm.spec.num_classes)]
+    q = torch.tensor([float(shares[c]) if len(p) else 0.0 for c, p in enumerate(pools)], dtype=torch.float64).clamp_min(0)
+    if q.sum() <= 0:
+        q = torch.tensor([1.0 if len(p) else 0.0 for p in pools], dtype=torch.float64)
+    device = next(tm.model.parameters()).device
+    total = None
+    for _ in range(simulations):
+        classes = torch.multinomial(q, steps * b, replacement=True, generator=gen)
+        idx = draw_by_class(pools, classes, gen)
+        batches = [(images[idx[k * b:(k + 1) * b]].to(device), classes[k * b:(k + 1) * b].to(device)) for k in range(steps)]
+        seed = int(torch.randint(2**62, (1,), generator=gen))
+        per_step: list[torch.Tensor] = []
+
+        def record(k: int, model: torch.nn.Module, per_step: list[torch.Tensor] = per_step) -> None:
+            per_step.append(weights[k] * confidence(copy.deepcopy(model)))  # a copy: the aux forward leaves it as it was
+
+        _replay(tm, batches, seed, lr, momentum, wd, normalized, record)
+        s = torch.stack(per_step).sum(0)
+        total = s if total is None else total + s
+    assert total is not None
+    return total / simulations
