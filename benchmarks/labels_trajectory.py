@@ -48,8 +48,10 @@ from benchmarks.common import RESULTS, write_results
 from benchmarks.labels import accuracy, data, floor_of, make_model, train
 from benchmarks.labels_fedavg import client_update, victims
 from fedaudit.conversion import momentum_weights
+from fedaudit.defenses.base import flat
 from fedaudit.jobs import Aux, LabelJob, Session
 from fedaudit.labels.base import integer_counts
+from fedaudit.labels.progress import _uploaded  # the parameters an update carries, as the simulated clients read them
 from fedaudit.labels.rlu import class_confidence, solve_counts
 from fedaudit.metrics.labels import counts, label_metrics
 from fedaudit.models.head import output_layer_io
@@ -89,11 +91,6 @@ def mean_confidence(tm, models, weights, images: torch.Tensor, labels: torch.Ten
     return out
 
 
-def _flat(model, names: list[str]) -> torch.Tensor:
-    params = dict(model.named_parameters())
-    return torch.cat([params[n].detach().reshape(-1).double() for n in names])
-
-
 def path_readings(tm, path, per_step: torch.Tensor, mom: float, ax, ay) -> dict[str, float]:
     """step move, final move, off path and momentum ceiling (module docstring) of one client; ``path``: its models
     before each step, ``per_step`` [K, C]: each step's true counts."""
@@ -101,12 +98,11 @@ def path_readings(tm, path, per_step: torch.Tensor, mom: float, ax, ay) -> dict[
     ones = torch.ones(k, dtype=torch.float64)
     final = tm.model_along_update(1.0)
     s0, s1, sk = (mean_confidence(tm, [m], ones[:1], ax, ay) for m in (tm.model, path[min(1, k - 1)], final))
-    names = [n for n, _ in tm.model.named_parameters() if n in tm.gradient]
-    start = _flat(tm.model, names)
-    delta = _flat(final, names) - start
+    start = flat(_uploaded(tm, tm.model)).double()
+    delta = flat(_uploaded(tm, final)).double() - start
     off = 0.0
     for m in path[1:]:
-        d = _flat(m, names) - start
+        d = flat(_uploaded(tm, m)).double() - start
         off = max(off, float((d - (d @ delta) / (delta @ delta) * delta).norm() / delta.norm()))
     return {"step move": float((s1 - s0).abs().sum(0).mean()), "final move": float((sk - s0).abs().sum(0).mean()),
             "off path": off, "momentum ceiling": momentum_ceiling(per_step, mom)}

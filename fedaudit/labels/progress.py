@@ -18,7 +18,7 @@ import copy
 import torch
 
 from fedaudit.client.local_sgd import local_sgd
-from fedaudit.conversion import optimizer_terms, path_fractions
+from fedaudit.conversion import momentum_weights, optimizer_terms, path_fractions
 from fedaudit.threat_model import ThreatModel
 
 
@@ -62,6 +62,27 @@ def _client_progress(tm: ThreatModel, batches: list, seed: int, lr: float, momen
     return reached / norm2
 
 
+def _class_mix(pools: list[torch.Tensor], shares: torch.Tensor) -> torch.Tensor:
+    """The simulated batches' class weights: ``shares``, clipped at 0, on the classes with aux images (all of those
+    evenly where the shares leave none)."""
+    q = torch.tensor([float(shares[c]) if len(p) else 0.0 for c, p in enumerate(pools)], dtype=torch.float64).clamp_min(0)
+    if q.sum() <= 0:
+        q = torch.tensor([1.0 if len(p) else 0.0 for p in pools], dtype=torch.float64)
+    return q
+
+
+def _simulated_clients(tm: ThreatModel, images: torch.Tensor, pools: list[torch.Tensor], q: torch.Tensor,
+                       simulations: int, gen: torch.Generator):
+    """Each simulated client's K batches of B aux images (classes drawn from ``q``, with replacement) and its seed."""
+    steps, b = tm.meta.local_steps, tm.batch_size or 1
+    device = next(tm.model.parameters()).device
+    for _ in range(simulations):
+        classes = torch.multinomial(q, steps * b, replacement=True, generator=gen)
+        idx = draw_by_class(pools, classes, gen)
+        batches = [(images[idx[k * b:(k + 1) * b]].to(device), classes[k * b:(k + 1) * b].to(device)) for k in range(steps)]
+        yield batches, int(torch.randint(2**62, (1,), generator=gen))
+
+
 def simulated_progress(tm: ThreatModel, images: torch.Tensor, labels: torch.Tensor, shares: torch.Tensor,
                        simulations: int, gen: torch.Generator, normalized: bool = False) -> list[float]:
     """f_k for k = 0..K-1, the mean over ``simulations`` clients, clipped to [0, 1] (the constant-gradient
@@ -69,23 +90,16 @@ def simulated_progress(tm: ThreatModel, images: torch.Tensor, labels: torch.Tens
 
     ``images``/``labels``: labelled aux data; ``shares`` [C]: the class mix the simulated batches are drawn from
     (with replacement; classes without aux images are left out)."""
-    steps, b = tm.meta.local_steps, tm.batch_size or 1
+    steps = tm.meta.local_steps
     momentum, wd = optimizer_terms(tm.meta)
     lr = float(tm.meta.local_lr or 0.0)
     fallback = path_fractions(steps, momentum)
     pools = [torch.nonzero(labels == c).flatten() for c in range(tm.spec.num_classes)]
-    q = torch.tensor([float(shares[c]) if len(p) else 0.0 for c, p in enumerate(pools)], dtype=torch.float64).clamp_min(0)
-    if q.sum() <= 0:
-        q = torch.tensor([1.0 if len(p) else 0.0 for p in pools], dtype=torch.float64)
+    q = _class_mix(pools, shares)
     if steps == 1 or lr <= 0 or q.sum() <= 0:
         return fallback
-    device = next(tm.model.parameters()).device
     runs = []
-    for _ in range(simulations):
-        classes = torch.multinomial(q, steps * b, replacement=True, generator=gen)
-        idx = draw_by_class(pools, classes, gen)
-        batches = [(images[idx[k * b:(k + 1) * b]].to(device), classes[k * b:(k + 1) * b].to(device)) for k in range(steps)]
-        seed = int(torch.randint(2**62, (1,), generator=gen))
+    for batches, seed in _simulated_clients(tm, images, pools, q, simulations, gen):
         f = _client_progress(tm, batches, seed, lr, momentum, wd, normalized)
         if f is not None:
             runs.append(f)
@@ -100,24 +114,13 @@ def simulated_confidence(tm: ThreatModel, images: torch.Tensor, labels: torch.Te
     step's S (``confidence(model)`` at the model the step's gradient is taken at) weighted by the momentum weights
     and averaged over the clients. Unlike the progress fractions, the path itself is the simulation's, not the
     straight line to the client's final model (RLU ``--trajectory replay``)."""
-    from fedaudit.conversion import momentum_weights
-
-    steps, b = tm.meta.local_steps, tm.batch_size or 1
     momentum, wd = optimizer_terms(tm.meta)
     lr = float(tm.meta.local_lr or 0.0)
-    weights = torch.tensor(momentum_weights(steps, momentum), dtype=torch.float64)
+    weights = torch.tensor(momentum_weights(tm.meta.local_steps, momentum), dtype=torch.float64)
     weights = weights / weights.sum()
     pools = [torch.nonzero(labels == c).flatten() for c in range(tm.spec.num_classes)]
-    q = torch.tensor([float(shares[c]) if len(p) else 0.0 for c, p in enumerate(pools)], dtype=torch.float64).clamp_min(0)
-    if q.sum() <= 0:
-        q = torch.tensor([1.0 if len(p) else 0.0 for p in pools], dtype=torch.float64)
-    device = next(tm.model.parameters()).device
     total = None
-    for _ in range(simulations):
-        classes = torch.multinomial(q, steps * b, replacement=True, generator=gen)
-        idx = draw_by_class(pools, classes, gen)
-        batches = [(images[idx[k * b:(k + 1) * b]].to(device), classes[k * b:(k + 1) * b].to(device)) for k in range(steps)]
-        seed = int(torch.randint(2**62, (1,), generator=gen))
+    for batches, seed in _simulated_clients(tm, images, pools, _class_mix(pools, shares), simulations, gen):
         per_step: list[torch.Tensor] = []
 
         def record(k: int, model: torch.nn.Module, per_step: list[torch.Tensor] = per_step) -> None:
