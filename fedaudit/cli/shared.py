@@ -54,6 +54,9 @@ PARAMS: dict[str, P] = {p.name: p for p in [
     _kw("batch_size", None, Annotated[Optional[int], typer.Option("--batch-size", "-b", help=(
         "Batch size when the update does not record it (--force overrides a recorded one)."))]),
     _kw("truth", None, Annotated[Optional[Path], typer.Option("--truth", "-t", help="Ground truth: adds InsAcc, ClsAcc, LnAcc, LeAcc.")]),
+    _kw("self_check", 0, Annotated[int, typer.Option("--self-check", min=0, help=(
+        "Estimate the labels' accuracy without the truth: re-run the method on N clients simulated from the labelled "
+        "aux images with the counts it read, and on N even ones (2N runs of the method)."))]),
     _kw("seed", 0, SeedOpt),
     _kw("device", "auto", DeviceOpt),
     _kw("output", None, OutputOpt),

@@ -6,7 +6,6 @@ The result is kept in memory (the audit attacks it) or written as a defended upd
 from __future__ import annotations
 
 import dataclasses
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,10 +13,11 @@ from typing import Any
 import torch
 
 from fedaudit.defenses import DEFENSES
+from fedaudit.defenses.chain import apply_chain, defended_meta, defended_threat_model, upload_tensors
 from fedaudit.defenses.utility import relative_error
 from fedaudit.errors import NotApplicable
 from fedaudit.io.truth import Truth
-from fedaudit.io.update import UpdateMeta, save_update
+from fedaudit.io.update import save_update
 from fedaudit.methods import parse_spec
 from fedaudit.session import Session
 from fedaudit.threat_model import ThreatModel
@@ -31,13 +31,6 @@ def parse_defense(spec: str) -> tuple[str, dict[str, Any]]:
     return name, options
 
 
-def defended_meta(meta: UpdateMeta, records: list[dict]) -> UpdateMeta:
-    """The defended upload is an averaged gradient (mean reduction); everything else the client reported stays."""
-    return dataclasses.replace(meta, kind="gradient", reduction="mean", delta_sign=None,
-                               optimizer={"name": "sgd", "momentum": 0.0, "weight_decay": 0.0},
-                               defenses=list(meta.defenses) + records)
-
-
 @dataclass
 class DefendResult:
     grads: dict[str, torch.Tensor]  # defended averaged gradient of every present parameter (CPU)
@@ -45,9 +38,7 @@ class DefendResult:
 
     def tensors(self, tm: ThreatModel) -> dict[str, torch.Tensor]:
         """What the defended upload holds: the gradients and the client's BN buffers, as they were."""
-        out = {k: v.detach().float().contiguous() for k, v in self.grads.items()}
-        out.update(tm.client_buffers)
-        return out
+        return upload_tensors(tm, self.grads)
 
 
 @dataclass
@@ -76,25 +67,12 @@ class DefendJob:
         dev = self.session.device
         batch = None if self.batch is None else dataclasses.replace(
             self.batch, images=self.batch.images.to(dev), labels=self.batch.labels.to(dev))
-        grads = {k: self.tm.gradient[k].clone() for k in self.tm.present}
-        records = []
-        for name, options in self.resolved:
-            cls = DEFENSES.get(name)
-            d = cls(options)
-            t0 = time.perf_counter()
-            grads = {k: v.cpu() for k, v in d.apply(self.tm, grads, self.session, batch).items()}
-            records.append({"name": name, "options": options, "info": d.info, "seconds": round(time.perf_counter() - t0, 4),
-                            "used_client_batch": cls.needs_batch})
+        grads, records = apply_chain(self.tm, self.resolved, self.session, batch)
         return DefendResult(grads, records)
 
     def defended_threat_model(self, result: DefendResult) -> ThreatModel:
         """What a server receiving the defended upload would see."""
-        if not result.records:
-            return self.tm
-        tm = self.tm
-        return ThreatModel.from_tensors(tm.checkpoint, result.tensors(tm), defended_meta(tm.meta, result.records),
-                                        update_path=tm.update.path, update_sha256=tm.update.sha256,
-                                        allow_nonfinite=True)
+        return defended_threat_model(self.tm, result.grads, result.records)
 
     def utility(self, result: DefendResult) -> dict[str, float]:
         """How far the upload moved: relative error and cosine to the true gradient."""

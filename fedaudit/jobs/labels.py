@@ -14,6 +14,7 @@ from fedaudit.metrics.label_floor import uniform_floor
 from fedaudit.metrics.labels import CLSACC_VARIANT, counts, label_metrics
 from fedaudit.session import Session
 from fedaudit.threat_model import ThreatModel
+from fedaudit.verdict.label_self_check import self_check
 from fedaudit.verdict.labels import label_evidence
 
 
@@ -37,6 +38,7 @@ class LabelJob:
     tm: ThreatModel
     method: str = "auto"
     options: dict[str, Any] | None = None  # as given (names -> values or text); the method fills in its defaults
+    self_check: int = 0  # clients simulated with the reading's counts to estimate its accuracy (0: none)
     instance: LabelMethod = field(init=False)
 
     def __post_init__(self) -> None:
@@ -68,6 +70,9 @@ class LabelJob:
         agreement = evidence.get("agreement")
         if agreement is not None and agreement < 0.6:
             out.append(f"the label methods disagree (agreement {agreement:.2f}): treat these labels as uncertain")
+        why = (evidence.get("self_check") or {}).get("near_guess")
+        if why:
+            out.append(f"self-check: {why}: the counts are no better than a guess that reads no update")
         even = evidence.get("even_split_overlap")
         if even is not None and even >= EVEN_SPLIT_WARN:
             out.append(f"the counts are close to an even split (an even guess overlaps them by {even:.2f}): they add "
@@ -106,6 +111,9 @@ class LabelJob:
             out["metrics"] = {**metrics, "ClsAcc_variant": CLSACC_VARIANT, "floor": floor,
                               "InsAcc_above_floor": metrics["InsAcc"] - float(floor["InsAcc"])}
         evidence = label_evidence(self.tm, self.session, self.method, result)  # truth-free (docs/methods/verdict.md)
+        if self.self_check > 0:  # truth-free: the method re-run on simulated clients (docs/methods/labels.md)
+            evidence["self_check"] = self_check(self.tm, self.session, self.method, self.options, result,
+                                                self.self_check)
         out["evidence"] = evidence
         out["warnings"] = list(result.warnings) + self.reliability_warnings(result, evidence)
         out["channels"] = {"bn_statistics": bn_statistics.availability(self.tm)}

@@ -10,7 +10,7 @@ from fedaudit.cli.shared import aux_source, params, session_from
 from fedaudit.cli.subcommands import method_subcommands
 
 COMMON = params("checkpoint", "update", "aux", "aux_labels", "dummy", "num_dummy", "resize", "batch_size", "truth",
-                "seed", "device", "output", "force", "quiet", "allow_custom_arch", "ignore_base_mismatch")
+                "self_check", "seed", "device", "output", "force", "quiet", "allow_custom_arch", "ignore_base_mismatch")
 
 
 def _table(out: dict) -> Table:
@@ -36,7 +36,7 @@ def _labels(cls, options: dict, kw: dict) -> None:
     session = session_from(kw)
     tm = session.load_threat_model(kw["checkpoint"], kw["update"], aux_source(kw))
     truth = load_truth(kw["truth"]) if kw["truth"] else None
-    out = LabelJob(session, tm, cls.name, options).run(truth)
+    out = LabelJob(session, tm, cls.name, options, self_check=kw["self_check"]).run(truth)
     emit_json(out, kw["output"])
     con = err_console(kw["quiet"])
     con.print(_table(out))
@@ -44,6 +44,13 @@ def _labels(cls, options: dict, kw: dict) -> None:
     if ev.get("agreement") is not None:
         con.print(f"labels determined: {ev['determined']} (agreement {ev['agreement']:.2f} with "
                   f"{ev['methods_compared']} other methods)")
+    check = ev.get("self_check")
+    if check and check.get("clients"):
+        con.print(f"self-check: on {check['clients']} simulated clients with these counts the method read "
+                  f"{check['InsAcc']:.2f} of the labels (an even guess {check['floor']:.2f}); on even ones "
+                  f"{check['even']['InsAcc']:.2f} (an even guess {check['even']['floor']:.2f})")
+    elif check:
+        con.print(f"self-check: not applicable: {check['not_applicable']}")
     for w in out["warnings"]:
         con.print(f"warning: {w}")
 
