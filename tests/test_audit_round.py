@@ -126,3 +126,13 @@ def test_a_really_killed_round_resumes(tmp_path, aux):
     assert doc["resumed"] == len(first) and doc["audited"] == 4
     assert {p.parent.name: p.stat().st_mtime_ns for p in out.glob("clients/*/result.json") if p.parent.name in first} == first
     assert {r["client"]: sorted(r["labels"]) for r in doc["clients"]} == truth
+
+
+def test_a_round_self_checks_each_clients_labels(cli, tmp_path, aux):
+    """``--self-check N`` with labelled aux images: each client's row and the page carry its reading's estimate."""
+    make_round(tmp_path / "round", clients=2, corrupt=False)
+    doc, res = _run(cli, tmp_path / "round", tmp_path / "out", aux, "--attacks", "none", "--self-check", "1", expect=0)
+    summary = json.loads((tmp_path / "out" / "audit_round.json").read_text())
+    checks = [r["label_self_check"] for r in summary["clients"]]
+    assert len(checks) == 2 and all(0 <= c["InsAcc"] <= 1 and 0 <= c["floor"] <= 1 for c in checks), checks
+    assert "label self-check:" in (tmp_path / "out" / "audit_round.html").read_text()

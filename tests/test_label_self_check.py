@@ -98,3 +98,72 @@ def test_near_guess_keeps_a_reading_more_skewed_than_the_method_makes_of_even_ba
     assert "misreading" in near_guess(check(0.80, 0.02))  # within 0.1 of the most skewed of them
     assert near_guess(check(0.80, 0.20)) is None  # the method reads even clients: nothing to doubt
     assert "clients simulated with these counts" in near_guess(check(0.56, 0.20, reading_margin=0.01))
+
+
+def _saved(tmp_path, tm, aux):
+    """The threat model's checkpoint and update, and the aux images with labels, as files for the CLI."""
+    from fedaudit.io.checkpoint import save_checkpoint
+    from fedaudit.io.files import write_safetensors
+
+    save_checkpoint(tmp_path / "ckpt.safetensors", tm.model, tm.spec)
+    save_update(tmp_path / "upd.safetensors", dict(tm.update.tensors), tm.meta)
+    write_safetensors(tmp_path / "aux.safetensors", {"images": aux.images, "labels": aux.labels}, {})
+    return tmp_path / "ckpt.safetensors", tmp_path / "upd.safetensors", tmp_path / "aux.safetensors"
+
+
+def test_reconstruct_reports_the_self_check_and_its_caveat(cli, tmp_path, digits):
+    """``reconstruct --self-check N`` on an update drowned in DP noise: the report's labels carry the self-check, the
+    estimated band a caveat (the images were fitted to labels no better than a guess), stderr and the page say so;
+    labels from a file have no reading to check (exit 2)."""
+    x, y, aux = digits
+    tm = _tm(x[:8], y[:8], CaptureConfig(batch_size=8, bn_mode="eval"))
+    job = DefendJob(Session(), tm, [("dp", {"sigma": 1000.0, "clip": 1.0})])
+    ckpt, upd, aux_file = _saved(tmp_path, job.defended_threat_model(job.run()), aux)
+    out = tmp_path / "rec"
+    res = cli("reconstruct", "dlg", ckpt, upd, "--aux", aux_file, "--labels", "bias-count", "--self-check", "2",
+              "-n", "3", "-o", out)
+    report = json.loads((out / "report.json").read_text())
+    check = report["labels"]["evidence"]["self_check"]
+    assert check["clients"] == 2 and check["near_guess"], check
+    caveats = report["evidence"]["verdict"]["caveats"]
+    assert len(caveats) == 1 and "may under-report" in caveats[0]
+    assert "labels self-check: on 2 simulated clients" in res.stderr and "caveat: the labels" in res.stderr
+    page = (out / "report.html").read_text()
+    assert "self-check: on 2 simulated clients" in page and "caveat: the labels" in page
+    (tmp_path / "labels.json").write_text(json.dumps({"labels": [0] * 8}))
+    res = cli("reconstruct", "dlg", ckpt, upd, "--labels-file", tmp_path / "labels.json", "--self-check", "1",
+              "-n", "3", "-o", tmp_path / "rec2", expect=2)
+    assert "--self-check" in res.stderr and not (tmp_path / "rec2").exists()
+
+
+def test_audit_runs_the_self_check_once_per_defense_row(monkeypatch, tmp_path, digits):
+    """Two attacks share one label reading per row, so the self-check runs once per row (its simulated clients get
+    that row's defenses); each cell and the page carry its estimate."""
+    import fedaudit.jobs.labels as label_jobs
+    from fedaudit.io.truth import Truth
+    from fedaudit.jobs import AuditJob
+    from fedaudit.jobs.audit import parse_defense_rows
+    from fedaudit.report.outdir import OutputDir
+
+    x, y, aux = digits
+    tm = _tm(x[:4], y[:4], CaptureConfig(batch_size=4, bn_mode="eval"))
+    calls = []
+    real = label_jobs.self_check
+
+    def counted(*args, **kwargs):
+        calls.append(args[0].meta.defenses)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(label_jobs, "self_check", counted)
+    truth = Truth(x[:4], y[:4], torch.zeros(4, dtype=torch.long), [str(i) for i in range(4)])
+    job = AuditJob(Session(aux=aux), tm, truth, parse_defense_rows("none,dp:sigma=1000:clip=1"), ["dlg", "ig"],
+                   iterations=2, restarts=1, labels="bias-count", self_check=1)
+    with OutputDir(tmp_path / "audit") as out:
+        doc = job.run_to(out, {})
+    assert len(calls) == 2 and not calls[0] and calls[1], calls  # once per row, the second with its DP record
+    cells = {(c["defense"], c["attack"]): c for c in doc["cells"]}
+    assert len(cells) == 4 and all("error" not in c for c in cells.values()), doc["cells"]
+    assert cells[("none", "dlg")]["label_self_check"] == cells[("none", "ig")]["label_self_check"]
+    assert cells[("none", "dlg")]["label_self_check"]["near_guess"] is None
+    assert cells[("dp:sigma=1000:clip=1", "ig")]["label_self_check"]["near_guess"]
+    assert "label self-check:" in (tmp_path / "audit" / "audit.html").read_text()

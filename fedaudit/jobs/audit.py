@@ -23,6 +23,7 @@ from fedaudit.io.files import dumps_json
 from fedaudit.io.images import load_images, parse_labels
 from fedaudit.io.truth import Truth
 from fedaudit.jobs.defend import DefendJob, parse_defense
+from fedaudit.jobs.labels import label_check_fields
 from fedaudit.jobs.reconstruct import ReconstructJob
 from fedaudit.labels import LABEL_METHODS
 from fedaudit.methods import split_spec
@@ -91,6 +92,7 @@ class AuditJob:
     eval_images: torch.Tensor | None = None
     eval_labels: torch.Tensor | None = None
     eval_lr: float | None = None
+    self_check: int = 0  # the label method's self-check, once per defense row (its clients get the row's defenses)
 
     def __post_init__(self) -> None:
         check_plan(self.attacks, self.labels, self.iterations, self.restarts)
@@ -102,11 +104,13 @@ class AuditJob:
         if reasons:
             raise NotApplicable("audit: " + "; ".join(reasons))
 
-    def cell_job(self, tm: ThreatModel, attack: str) -> ReconstructJob:
+    def cell_job(self, tm: ThreatModel, attack: str, label_cache: dict[str, Any] | None = None) -> ReconstructJob:
+        """One cell's run; the cells of a row share ``label_cache``, so each label reading runs once per row."""
         given = dict(self.attack_options.get(attack, {}))
         loop = {"iterations": self.iterations, "restarts": self.restarts}
         loop.update({k: given.pop(k) for k in LOOP_KEYS if k in given})
-        return ReconstructJob(self.session, tm, attack, given, loop, labels=self.labels)
+        return ReconstructJob(self.session, tm, attack, given, loop, labels=self.labels,
+                              label_self_check=self.self_check, label_cache=label_cache)
 
     def run(self, out: OutputDir, on_cell: Callable[[dict], None] | None = None) -> dict[str, Any]:
         """Every cell's report under ``cells/``; returns rows, cells, whether it was interrupted, the worst band."""
@@ -135,10 +139,11 @@ class AuditJob:
                 row["utility"].update(eval_lr=lr, accuracy_before=acc_before, accuracy_true_step=acc_true,
                                       accuracy_defended_step=accuracy_after_step(tm, defended.grads, ev_x, ev_y, lr))
             tm_d = defend.defended_threat_model(defended)
+            label_cache: dict[str, Any] = {}
             for attack in self.attacks:
                 cell: dict[str, Any] = {"defense": label, "attack": attack}
                 try:
-                    job = self.cell_job(tm_d, attack)
+                    job = self.cell_job(tm_d, attack, label_cache)
                     result = job.run(truth)
                 except FedauditError as exc:  # e.g. not applicable to this defended copy
                     cell["error"] = str(exc)
@@ -158,6 +163,7 @@ class AuditJob:
                     "risk_band_estimated_confidence": report.get("risk_band_estimated_confidence"),
                     "label_insacc": label_metrics.get("InsAcc"), "label_method": job.label_method,
                     "label_insacc_floor": (label_metrics.get("floor") or {}).get("InsAcc"),
+                    **label_check_fields(report["labels"]),
                     "iterations": report["attack"]["iterations_run"], "seconds": report["timings"].get("attack"),
                     "report": f"{prefix}report.json", "grid": f"{prefix}grid.png" if result.images.shape[0] else None,
                     "status": report["status"],

@@ -46,6 +46,8 @@ class RoundPlan:
     lpips_weights: str | None = None
     allow_custom_arch: bool = False
     threads: int | None = None
+    aux_labels: str | None = None
+    self_check: int = 0  # the label method's self-check per client (needs labelled aux images)
 
     def check(self) -> None:
         for a in self.attacks:
@@ -53,6 +55,8 @@ class RoundPlan:
         LABEL_METHODS.get(self.labels)
         if self.iterations is not None and self.iterations < 1 or self.restarts is not None and self.restarts < 1:
             raise InputError("--iterations and --restarts must be >= 1")
+        if self.self_check < 0:
+            raise InputError("--self-check must be >= 0")
         if self.batch_size is not None and self.batch_size < 1:
             raise InputError("--batch-size must be >= 1")
 

@@ -119,3 +119,14 @@ class LabelJob:
         out["channels"] = {"bn_statistics": bn_statistics.availability(self.tm)}
         out["inputs"] = describe_threat_model_inputs(self.tm)
         return out
+
+
+def label_check_fields(labels: dict[str, Any]) -> dict[str, Any]:
+    """A label reading's self-check in brief (an audit cell, a round's client): the estimated InsAcc, an even
+    guess's on the same counts, near a guess or not."""
+    check = (labels.get("evidence") or {}).get("self_check")
+    if not check:
+        return {}
+    if not check.get("clients"):
+        return {"label_self_check": {"not_applicable": check.get("not_applicable")}}
+    return {"label_self_check": {"InsAcc": check["InsAcc"], "floor": check["floor"], "near_guess": check["near_guess"]}}

@@ -27,6 +27,7 @@ from fedaudit.metrics.evaluate import evaluate_images
 from fedaudit.metrics.features import feature_recovery
 from fedaudit.models.head import output_layer_io
 from fedaudit.report.document import new_report
+from fedaudit.report.label_lines import summary_line
 from fedaudit.report.outdir import OutputDir
 from fedaudit.report.write import write_report
 from fedaudit.session import Session
@@ -117,7 +118,11 @@ class ReconstructResult:
                          f"risk {m['risk_band']} -> {out}/report.html")
         else:
             lines.append(f"{r['status']}: gradient distance {r['attack']['distance']:.4g} -> {out}/report.html")
+        line = summary_line((r["labels"].get("evidence") or {}).get("self_check"), reason=False)  # caveats say why
+        if line:
+            lines.append(f"labels {line}")
         verdict = r.get("evidence", {}).get("verdict") or {}
+        lines += [f"caveat: {c}" for c in verdict.get("caveats", [])]
         if verdict.get("band"):
             lines.append(f"estimated risk (no truth needed): {verdict['band']}, confidence {verdict['confidence']:.2f}, "
                          f"P(higher) {verdict['p_higher']:.2f} ({verdict['source']})")
@@ -139,6 +144,10 @@ class ReconstructJob:
     loop: dict[str, Any] | None = None  # iterations, restarts, lr, schedule (None or absent: the attack's default)
     labels: str | None = None  # label method (default: the attack's own)
     label_options: dict[str, Any] | None = None
+    label_self_check: int = 0  # simulated clients per kind for the label method's self-check (0: none)
+    # readings of this job's threat model by (method, options, self-check, truth given): jobs on one update share
+    # one dict, so that the label method, and its self-check above all, runs once (the audit's cells of one row)
+    label_cache: dict[str, dict[str, Any]] | None = None
     labels_file: Path | None = None
     given_labels: list[int] | None = None
     multi_step: str = "merged"  # merged: one batch of B*K images (FedLeak); unroll: K simulated local steps
@@ -156,6 +165,8 @@ class ReconstructJob:
         self.options = self.attack_cls.parse_options(self.options)
         self.settings = self.attack_cls.loop_settings(self.loop)
         self.label_method = self.labels or self.attack_cls.default_labels
+        if self.label_self_check and (self.labels_file is not None or self.given_labels is not None):
+            raise InputError("--self-check checks a label method's reading; labels from a file have none to check")
         if self.multi_step not in MULTI_STEP:
             raise InputError(f"--multi-step must be one of {', '.join(MULTI_STEP)}")
 
@@ -179,7 +190,7 @@ class ReconstructJob:
             labels = read_labels_file(self.labels_file, n, tm.spec.num_classes)
             report = {"source": "file", "file": str(self.labels_file), "labels": labels}
         else:
-            out = LabelJob(self.session, tm, self.label_method, self.label_options).run(truth)
+            out = self.label_reading(truth)
             labels = out["labels"]
             report = {"source": "method", **{k: out[k] for k in ("method", "labels", "counts", "diagnostics", "warnings",
                                                                  "evidence")}}
@@ -190,6 +201,16 @@ class ReconstructJob:
             raise InputError(f"{self.label_method} recovered {len(labels)} labels for {n} samples (a set-only method); "
                              "choose a count-capable one (e.g. --labels auto)")
         return labels, report
+
+    def label_reading(self, truth: Truth | None) -> dict[str, Any]:
+        """The label job's output for this update, from ``label_cache`` when a job on the same update ran it."""
+        key = json.dumps([self.label_method, self.label_options, self.label_self_check, truth is not None],
+                         sort_keys=True, default=str)
+        cache = self.label_cache if self.label_cache is not None else {}
+        if key not in cache:
+            cache[key] = LabelJob(self.session, self.tm, self.label_method, self.label_options,
+                                  self_check=self.label_self_check).run(truth)
+        return cache[key]
 
     def build(self, labels: list[int] | torch.Tensor) -> OptimizationAttack:
         """The attack, with its gradient engine on the session's device."""

@@ -18,7 +18,7 @@ import torch
 
 from fedaudit.errors import EXIT_INPUT, EXIT_RUNTIME, FedauditError
 from fedaudit.io.files import atomic_write_bytes
-from fedaudit.jobs.labels import LabelJob
+from fedaudit.jobs.labels import LabelJob, label_check_fields
 from fedaudit.jobs.reconstruct import ReconstructJob
 from fedaudit.metrics.risk import worst_band
 from fedaudit.report.outdir import OutputDir
@@ -48,18 +48,21 @@ def audit_client(task: dict[str, Any]) -> dict[str, Any]:
                                  batch_size_mode="fill", quiet=True,
                                  force=True, allow_custom_arch=plan["allow_custom_arch"],
                                  lpips_net=plan["lpips_net"], lpips_weights=plan["lpips_weights"])
-        aux = AuxSource(Path(plan["aux"]) if plan["aux"] else None, None, plan["dummy"], 1000, False)
+        aux = AuxSource(Path(plan["aux"]) if plan["aux"] else None, plan.get("aux_labels"), plan["dummy"], 1000, False)
         tm = session.load_threat_model(task["checkpoint"], task["update"], aux)
         row["threat_model"] = {"kind": tm.meta.kind, "batch_size": tm.batch_size, "local_steps": tm.meta.local_steps}
         out = Path(task["out"])
         out.mkdir(parents=True, exist_ok=True)
         # each attack recovers its labels itself, as `reconstruct` does, so that its report carries the label
         # evidence its estimated band uses; with no attack, the label job alone
-        label_out = None if plan["attacks"] else LabelJob(session, tm, plan["labels"]).run()
+        checks = int(plan.get("self_check") or 0)
+        label_out = None if plan["attacks"] else LabelJob(session, tm, plan["labels"], self_check=checks).run()
         attacks = []
-        for attack in plan["attacks"]:
+        label_cache: dict[str, Any] = {}
+        for attack in plan["attacks"]:  # the attacks share one label reading (and its self-check)
             loop = {"iterations": plan["iterations"], "restarts": plan["restarts"]}
-            job = ReconstructJob(session, tm, attack, None, loop, labels=plan["labels"])
+            job = ReconstructJob(session, tm, attack, None, loop, labels=plan["labels"], label_self_check=checks,
+                                 label_cache=label_cache)
             folder = OutputDir(out / attack, force=True)
             with folder:
                 result = job.run_to(folder, None, {"checkpoint": task["checkpoint"], "update": task["update"]})
@@ -74,6 +77,7 @@ def audit_client(task: dict[str, Any]) -> dict[str, Any]:
         evidence = label_out.get("evidence") or {}
         row.update(labels=label_out["labels"], label_method=label_out["diagnostics"].get("chosen", plan["labels"]),
                    label_evidence={k: evidence.get(k) for k in ("agreement", "determined")},
+                   **label_check_fields(label_out),
                    attacks=attacks, band=worst_band(a["band"] for a in attacks), status="ok", exit=0)
     except FedauditError as exc:
         row.update(status="error", error=str(exc), exit=exc.exit_code if exc.exit_code in (EXIT_INPUT, EXIT_RUNTIME) else EXIT_RUNTIME)

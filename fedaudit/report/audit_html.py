@@ -8,6 +8,7 @@ from html import escape as e
 from typing import Any
 
 from fedaudit.report.html import _CSS, _band, _num, _uri
+from fedaudit.report.label_lines import self_check_html
 
 
 def render_audit_html(audit: dict[str, Any], grids: dict[str, bytes]) -> str:
@@ -45,7 +46,7 @@ def render_audit_html(audit: dict[str, Any], grids: dict[str, bytes]) -> str:
                              f"PSNR {_num(c.get('psnr'))} &middot; SSIM {_num(c.get('ssim'))} &middot; LPIPS {_num(c.get('lpips'))}<br>"
                              f"labels InsAcc {_num(c.get('label_insacc'))} ({e(str(c.get('label_method')))})"
                              + (f", an even guess {_num(c['label_insacc_floor'])}" if c.get("label_insacc_floor") is not None
-                                else "") + f"{feat}"
+                                else "") + self_check_html(c.get("label_self_check")) + f"{feat}"
                              f"<br><a href='{e(c['report'].replace('.json', '.html'))}'>cell report</a>{img}</td>")
         parts.append("</tr>")
     parts.append("</table>")

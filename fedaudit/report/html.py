@@ -7,6 +7,8 @@ import json
 from html import escape
 from typing import Any
 
+from fedaudit.report.label_lines import summary_line
+
 _CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px;color:#222}
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}
 th{background:#f3f3f3}td.l,th.l{text-align:left}img.px{image-rendering:pixelated}
@@ -42,7 +44,26 @@ def _estimated(verdict: dict[str, Any], measured: str | None) -> str:
             f"{_num(verdict.get('p_higher'))}. Source: {e(str(verdict.get('source')))}"
             + (f"; predicted band-equivalent PSNR {_num(verdict.get('predicted_psnr'))} dB (rule {e(str(verdict.get('rule')))}"
                f", +{_num(verdict.get('margin_db'))} dB safety margin)" if "predicted_psnr" in verdict else
-               f": {e(str(verdict.get('why', '')))}") + ".</p>")
+               f": {e(str(verdict.get('why', '')))}") + ".</p>"
+            + "".join(f"<p class='band medium'>caveat: {e(c)}</p>" for c in verdict.get("caveats", [])))
+
+
+def _labels_summary(labels: dict[str, Any]) -> str:
+    """Where the attack's labels came from, the self-check's finding and the label warnings, before the raw JSON."""
+    e = escape
+    method = labels.get("method") or labels.get("source")
+    chosen = (labels.get("diagnostics") or {}).get("chosen")
+    parts = [f"<p>From {e(str(method))}" + (f" (chose {e(str(chosen))})" if chosen else "") + "."]
+    metrics = labels.get("metrics") or {}
+    if "InsAcc" in metrics:
+        parts.append(f" Against the truth: InsAcc {_num(metrics['InsAcc'])}, an even guess "
+                     f"{_num((metrics.get('floor') or {}).get('InsAcc'))}.")
+    parts.append("</p>")
+    line = summary_line((labels.get("evidence") or {}).get("self_check"), reason=False)
+    if line:
+        parts.append(f"<p>{e(line)}</p>")
+    parts += [f"<p class='band medium'>warning: {e(w)}</p>" for w in labels.get("warnings", [])]
+    return "".join(parts)
 
 
 def render_html(report: dict[str, Any], grid_png: bytes | None, image_pngs: list[bytes]) -> str:
@@ -123,7 +144,8 @@ def render_html(report: dict[str, Any], grid_png: bytes | None, image_pngs: list
         shown = {k: v for k, v in report["evidence"].items() if k != "verdict"}
         parts.append(f"<h2>Truth-free evidence</h2><pre>{e(json.dumps(shown, indent=2, default=str))}</pre>")
     if report.get("labels"):
-        parts.append(f"<h2>Labels</h2><pre>{e(json.dumps(report['labels'], indent=2))}</pre>")
+        parts.append("<h2>Labels</h2>" + _labels_summary(report["labels"])
+                     + f"<pre>{e(json.dumps(report['labels'], indent=2))}</pre>")
     parts.append("<h2>Inputs</h2><table><tr><th class='l'>role</th><th class='l'>path</th><th class='l'>sha256</th></tr>")
     for role, inp in report.get("inputs", {}).items():
         parts.append(f"<tr><td class='l'>{e(role)}</td><td class='l'>{e(str(inp['path']))}</td><td class='h'>{e(str(inp['sha256']))}</td></tr>")

@@ -9,6 +9,7 @@ from typing import Any
 
 from fedaudit.metrics.risk import BANDS
 from fedaudit.report.html import _CSS, _band, _num, _uri
+from fedaudit.report.label_lines import self_check_html
 
 WORST_SHOWN = 4
 
@@ -35,7 +36,8 @@ def render_round_html(doc: dict[str, Any], out: Path) -> str:
             f"({_num(a.get('confidence'))})" for a in r.get("attacks", []))
         b = r.get("band") or ""
         parts.append(f"<tr><td class='l'>{e(r['client'])}</td><td class='l'><span class='band {e(b)}'>{e(_band(b or 'none'))}"
-                     f"</span></td><td class='l'>{e(str(r.get('labels')))} ({e(str(r.get('label_method')))})</td>"
+                     f"</span></td><td class='l'>{e(str(r.get('labels')))} ({e(str(r.get('label_method')))})"
+                     f"{self_check_html(r.get('label_self_check'))}</td>"
                      f"<td class='l'>{attacks}</td><td>{_num(r.get('seconds'))}</td></tr>")
     parts.append("</table>")
     ranked = sorted((r for r in doc["clients"] if r.get("status") == "ok" and r.get("band")),

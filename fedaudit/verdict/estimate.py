@@ -15,6 +15,10 @@
 Fitted by ``benchmarks/verdict.py --fit`` on runs whose truth is known, then frozen here (``FIT``); the
 calibration on held-out runs (other images) is in docs/results/verdict.md.
 
+Caveats: when the label self-check (``--self-check``; fedaudit/verdict/label_self_check.py) finds the attack's labels
+no better than a guess, the verdict says so: the images were fitted to those labels, so the band may under-report.
+The rule's features do not change (the fitting runs had no self-check).
+
 Overrides: an exact closed-form input recovery (fedaudit/verdict/channels.py) is ``very_high`` with confidence
 0.99. Without reconstructed images (an attack that stopped at features) there is no estimate, and the report
 says why.
@@ -90,8 +94,23 @@ def reliability(band: str, fit: dict[str, Any] | None = None) -> tuple[float, fl
     return (row["same"] + 1) / (row["runs"] + 2), p_higher
 
 
+def caveats(evidence: dict[str, Any]) -> list[str]:
+    """What the estimate cannot see in the evidence but a reviewer should know (module docstring)."""
+    why = (((evidence.get("labels") or {}).get("self_check")) or {}).get("near_guess")
+    if not why:
+        return []
+    return [f"the labels the attack used may be misread (self-check: {why}); the images were fitted to them, so this "
+            "band may under-report: re-run with labels from another method or a labels file"]
+
+
 def estimate(evidence: dict[str, Any], fit: dict[str, Any] | None = None) -> dict[str, Any]:
-    """``{"band", "confidence", "p_higher", ...}`` from the evidence (no truth)."""
+    """``{"band", "confidence", "p_higher", ...}`` from the evidence (no truth), with ``caveats`` where any."""
+    out = _estimate(evidence, fit)
+    notes = caveats(evidence)
+    return {**out, "caveats": notes} if notes else out
+
+
+def _estimate(evidence: dict[str, Any], fit: dict[str, Any] | None = None) -> dict[str, Any]:
     fit = fit or FIT
     analytic = (evidence.get("channels") or {}).get("analytic_input") or {}
     if analytic.get("exact"):

@@ -26,7 +26,9 @@ PARAMS = params(
     flag("restarts", Optional[int], "Restarts for every attack (default: each attack's own).", default=None),
     flag("labels", Optional[str], "Label method for every attack (default: each attack's own).", default=None),
     flag("aux", Optional[Path], "Auxiliary images for label methods that use them.", default=None),
+    "aux_labels",
     flag("dummy", bool, "Gaussian dummies as auxiliary inputs (e.g. for hfgi labels).", default=False),
+    "self_check",
     flag("eval_images", Optional[Path], "Labelled images (.safetensors with 'labels', or files + --eval-labels): accuracy "
          "after one step with the defended vs the true update.", default=None),
     flag("eval_labels", Optional[str], "Labels of --eval-images: '3,1,...' or 'names'.", default=None),
@@ -54,10 +56,10 @@ def audit(**kw) -> None:
     session = session_from(kw)
     outdir = OutputDir(kw["out"], force=session.force)
     with outdir:
-        tm = session.load_threat_model(kw["checkpoint"], kw["update"], AuxSource(kw["aux"], None, kw["dummy"], 1000, False))
+        tm = session.load_threat_model(kw["checkpoint"], kw["update"], AuxSource(kw["aux"], kw["aux_labels"], kw["dummy"], 1000, False))
         ev_x, ev_y = eval_set(kw["eval_images"], kw["eval_labels"], tm)
         job = AuditJob(session, tm, load_truth(kw["truth"]), rows, attack_names, per_attack, kw["iterations"], kw["restarts"],
-                       kw["labels"], ev_x, ev_y, kw["eval_lr"])
+                       kw["labels"], ev_x, ev_y, kw["eval_lr"], self_check=kw["self_check"])
         info_line(f"audit: {len(rows)} defense rows x {len(attack_names)} attacks on {tm.spec.arch}, B={tm.batch_size}",
                   session.quiet)
         inputs = {k: kw[k] for k in ("checkpoint", "update", "truth", "eval_images")}

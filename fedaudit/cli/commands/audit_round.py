@@ -29,7 +29,7 @@ PARAMS = [
     flag("ray", bool, "Run each client as a task on a local Ray (pip install 'fedaudit[ray]').", default=False),
     flag("ray_address", Optional[str], "Run on the Ray cluster at this address ('auto': the local 'ray start').", default=None),
     flag("gpus_per_task", float, "GPUs each Ray task asks for.", default=0.0),
-    *params("fail_on", "lpips_net", "lpips_weights", "seed", "device", "quiet", "allow_custom_arch"),
+    *params("aux_labels", "self_check", "fail_on", "lpips_net", "lpips_weights", "seed", "device", "quiet", "allow_custom_arch"),
 ]
 
 
@@ -44,7 +44,7 @@ def audit_round(**kw) -> None:
     plan = RoundPlan(attacks, kw["labels"], kw["iterations"], kw["restarts"], str(kw["aux"]) if kw["aux"] else None,
                      kw["dummy"], kw["batch_size"], kw["seed"], kw["device"], kw["lpips_net"].value,
                      str(kw["lpips_weights"]) if kw["lpips_weights"] else None, kw["allow_custom_arch"],
-                     kw["threads"] or (1 if parallel else None))
+                     kw["threads"] or (1 if parallel else None), kw["aux_labels"], kw["self_check"])
     job = RoundAudit(kw["round_dir"], kw["out"], plan, kw["jobs"], kw["ray"], kw["ray_address"], kw["gpus_per_task"])
 
     def line(row: dict) -> None:

@@ -31,6 +31,7 @@ def _table(out: dict) -> Table:
 def _labels(cls, options: dict, kw: dict) -> None:
     from fedaudit.io.truth import load_truth
     from fedaudit.jobs import LabelJob
+    from fedaudit.report.label_lines import summary_line
 
     check_output_file(kw["output"], kw["force"])
     session = session_from(kw)
@@ -44,13 +45,9 @@ def _labels(cls, options: dict, kw: dict) -> None:
     if ev.get("agreement") is not None:
         con.print(f"labels determined: {ev['determined']} (agreement {ev['agreement']:.2f} with "
                   f"{ev['methods_compared']} other methods)")
-    check = ev.get("self_check")
-    if check and check.get("clients"):
-        con.print(f"self-check: on {check['clients']} simulated clients with these counts the method read "
-                  f"{check['InsAcc']:.2f} of the labels (an even guess {check['floor']:.2f}); on even ones "
-                  f"{check['even']['InsAcc']:.2f} (an even guess {check['even']['floor']:.2f})")
-    elif check:
-        con.print(f"self-check: not applicable: {check['not_applicable']}")
+    line = summary_line(ev.get("self_check"), reason=False)  # the near-guess reason is among the warnings below
+    if line:
+        con.print(line)
     for w in out["warnings"]:
         con.print(f"warning: {w}")
 

@@ -37,7 +37,7 @@ def _loop_params(defaults: dict) -> list[P]:
 
 def _params(info: MethodInfo) -> list[P]:
     return (params("checkpoint", "update", _OWN["out"], _OWN["labels"], _OWN["labels_file"], "aux", "aux_labels", "dummy",
-                   "num_dummy", "resize", "batch_size", _OWN["truth"])
+                   "num_dummy", "resize", "batch_size", _OWN["truth"], "self_check")
             + _loop_params(info.defaults)
             + params(_OWN["multi_step"], _OWN["checkpoint_every"], _OWN["checkpoint_file"], _OWN["resume"], "fail_on",
                      "lpips_net", "lpips_weights", "seed", "device", "force", "quiet", "allow_custom_arch",
@@ -61,6 +61,7 @@ def _reconstruct(cls, options: dict, kw: dict) -> None:
                   f"device {session.device}", session.quiet)
         truth = load_truth(kw["truth"]) if kw["truth"] else None
         job = ReconstructJob(session, tm, name, options, loop, labels=kw["labels"], labels_file=kw["labels_file"],
+                             label_self_check=kw["self_check"],
                              multi_step=kw["multi_step"], checkpoint_every=kw["checkpoint_every"],
                              checkpoint_path=kw["checkpoint_file"] or Path(f"{kw['out']}.checkpoint.safetensors"),
                              resume=kw["resume"])
