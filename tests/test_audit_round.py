@@ -135,4 +135,5 @@ def test_a_round_self_checks_each_clients_labels(cli, tmp_path, aux):
     summary = json.loads((tmp_path / "out" / "audit_round.json").read_text())
     checks = [r["label_self_check"] for r in summary["clients"]]
     assert len(checks) == 2 and all(0 <= c["InsAcc"] <= 1 and 0 <= c["floor"] <= 1 for c in checks), checks
+    assert [c["label_self_check"] for c in doc["clients"]] == checks  # the JSON on stdout carries it too
     assert "label self-check:" in (tmp_path / "out" / "audit_round.html").read_text()

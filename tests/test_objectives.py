@@ -36,8 +36,8 @@ def test_cosine_and_l2_equal_the_concatenated_definitions(grouped):
 def test_a_cosine_of_identical_gradients_is_zero_and_of_opposite_ones_two():
     a, _ = _lists(1)
     b = [t.detach() for t in a]
-    assert abs(float(cosine_distance(a, b))) < 1e-12
-    assert abs(float(cosine_distance(a, [-t for t in b], grouped=True)) - 2) < 1e-12
+    assert abs(float(cosine_distance(a, b).detach())) < 1e-12
+    assert abs(float(cosine_distance(a, [-t for t in b], grouped=True).detach()) - 2) < 1e-12
 
 
 def test_hfgi_objective_with_dropout_equals_the_gathered_one_vector_form():

@@ -39,7 +39,9 @@ PARAMS = params(
 
 def _cell_line(c: dict) -> str:
     psnr = c["psnr"] if c["psnr"] is None else round(c["psnr"], 2)
-    return f"{c['defense']} x {c['attack']}: PSNR {psnr}, risk {c['risk_band']}"
+    check = c.get("label_self_check") or {}
+    near = ", labels near a guess (self-check): the band may under-report" if check.get("near_guess") else ""
+    return f"{c['defense']} x {c['attack']}: PSNR {psnr}, risk {c['risk_band']}{near}"
 
 
 def audit(**kw) -> None:
@@ -66,7 +68,7 @@ def audit(**kw) -> None:
         doc = job.run_to(outdir, inputs, on_cell=lambda c: info_line(_cell_line(c), session.quiet))
     emit_json({"out": str(kw["out"]), "status": doc["status"], "worst_risk_band": doc["worst_risk_band"],
                "cells": [{k: c.get(k) for k in ("defense", "attack", "psnr", "ssim", "risk_band", "risk_band_estimated",
-                                                "label_insacc", "label_insacc_floor", "error")}
+                                                "label_insacc", "label_insacc_floor", "label_self_check", "error")}
                          for c in doc["cells"]]})
     if doc["status"] == "interrupted":
         info_line("interrupted: the cells finished so far were written", session.quiet)

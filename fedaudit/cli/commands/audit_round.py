@@ -49,7 +49,9 @@ def audit_round(**kw) -> None:
 
     def line(row: dict) -> None:
         if row.get("status") == "ok":
-            info_line(f"{row['client']}: {row.get('band') or 'labels only'} labels {row['labels']} ({row['seconds']} s)", kw["quiet"])
+            near = ", near a guess (self-check)" if (row.get("label_self_check") or {}).get("near_guess") else ""
+            info_line(f"{row['client']}: {row.get('band') or 'labels only'} labels {row['labels']}{near} "
+                      f"({row['seconds']} s)", kw["quiet"])
         else:
             info_line(f"{row['client']}: error (exit {row['exit']}): {row['error']}", kw["quiet"])
 
@@ -57,7 +59,8 @@ def audit_round(**kw) -> None:
     emit_json({"out": str(kw["out"]), "status": doc["status"], "worst_client": doc["worst_client"],
                "worst_band": doc["worst_band"], "histogram": doc["histogram"], "audited": doc["audited"],
                "resumed": sum(bool(r.get("resumed")) for r in doc["clients"]),
-               "clients": [{k: r.get(k) for k in ("client", "status", "band", "labels", "error", "exit")} for r in doc["clients"]]})
+               "clients": [{k: r.get(k) for k in ("client", "status", "band", "labels", "label_self_check", "error", "exit")}
+                           for r in doc["clients"]]})
     if doc["status"] == "interrupted":
         info_line("interrupted: finished clients are kept; run the same command again to resume", kw["quiet"])
         raise typer.Exit(EXIT_INTERRUPTED)
