@@ -354,6 +354,34 @@ def test_heldout_comparison_counts_cells_and_pools_batches():
     assert line.endswith("| 1 / 2 | 2 / 2 | 1 / 2 |")  # B = 1 rows are left out; 89 is within 2 points of 90
 
 
+def test_rows_benchmark_reads_auto_per_client_and_per_row(tmp_path):
+    """benchmarks.labels_rows: per client, each method's count within 2 points of the client's best single method;
+    per row, `auto` against the method with the best mean, and an --auto run replacing `auto` on the clients it
+    covers."""
+    import json
+
+    from benchmarks.labels_rows import load, per_client, per_row, singles
+
+    def client(trial, k, auto, llg, rlu):
+        return {"model": "m", "state": "s", "K": k, "lr": 0.01, "momentum": 0.0, "B": 8, "batch": "random",
+                "trial": trial, "methods": {"auto": {"InsAcc": auto}, "llg": {"InsAcc": llg},
+                                            "rlu": {"InsAcc": rlu}, "auto-ensemble": {"InsAcc": 0.0}}}
+
+    records = tmp_path / "records.jsonl"
+    records.write_text("\n".join(json.dumps(c) for c in [client(0, 2, 0.9, 1.0, 0.5), client(1, 2, 0.7, 0.6, 0.8),
+                                                           client(0, 4, 0.5, 0.5, 0.4)]))
+    later = tmp_path / "auto.jsonl"
+    later.write_text(json.dumps(client(1, 2, 0.79, 0.0, 0.0)))  # only `auto` is read from it
+    clients = load([records], [later])
+    methods = singles(clients)
+    assert methods == ["llg", "rlu"]  # auto's variants are not single methods
+    assert per_client(clients, methods) == {"llg": 2, "rlu": 1, "auto": 2}  # 0.79 is within 2 points of 0.8
+    rows = per_row(clients, methods, ["K"])
+    assert [r["row"]["K"] for r in rows] == [2, 4]
+    assert rows[0]["best"] == "llg" and abs(rows[0]["diff"] - (-0.1 + 0.19) / 2) < 1e-9 and rows[0]["within"]
+    assert rows[1]["clients"] == 1 and rows[1]["diff"] == 0.0
+
+
 def test_clients_benchmark_writes_runs_and_tables_the_same_updates(tmp_path):
     """benchmarks.labels_clients: clients written once as files, methods run on them through the session, and the
     summary scores every run's column on the clients they share (a shard's file joins its tag's column)."""
