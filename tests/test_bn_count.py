@@ -366,6 +366,41 @@ def test_auto_reads_a_fedavg_delta_on_the_classes_its_output_layer_shows_present
 
 
 @pytest.mark.slow
+def test_auto_splits_a_two_step_clients_shown_classes_by_the_bn_reading_and_bias_count(setting):
+    """K = 2 (SHOWN_MEAN_STEPS): a two-class client's shown classes are split by the mean of bn-count's reading and
+    bias-count's counts, both projected onto them and both reported; ``shown-mean-steps 0`` keeps the BN reading
+    alone, and a K = 4 client is read as before (held out on the trained ResNet-10's two-class clients of K = 2: 81.5 ->
+    91.7%, docs/results/labels.md, "A two-step client's shown classes")."""
+    from benchmarks.labels_fedavg import victims
+    from fedaudit.labels import presence
+    from fedaudit.labels.auto import SHOWN_MEAN_STEPS
+    from fedaudit.labels.base import integer_counts
+
+    x, y, aux, model = setting
+    assert SHOWN_MEAN_STEPS == 2
+    idx = victims(y, 32, "two-class", torch.Generator().manual_seed(3))
+    tm = _tm(model, x[idx], y[idx], batch_size=16, local_steps=2, lr=0.01, kind="delta")
+    r = LabelJob(Session(aux=aux), tm, "auto").result()
+    d, shown = r.diagnostics, r.diagnostics["shown_classes"]
+    assert d["strategy"] == "hybrid, few shown classes on a delta (BN reading and bias-count)"
+    mask = torch.zeros(10, dtype=torch.bool)
+    mask[shown["classes"]] = True
+    bias = LabelJob(Session(aux=aux), tm, "bias-count").result().counts_int
+    assert shown["bias_count"] == presence.project(bias, mask).tolist()
+    mean = (torch.tensor(shown["bn_reading"]) + torch.tensor(shown["bias_count"])).double() / 2
+    assert r.counts_int.tolist() == presence.project(integer_counts(mean, 32), mask).tolist()
+    assert shown["bn_reading"] != shown["bias_count"]  # two readings, not one taken twice
+    alone = LabelJob(Session(aux=aux), tm, "auto", {"shown-mean-steps": 0}).result()
+    assert alone.diagnostics["strategy"] == "hybrid, few shown classes on a delta (BN reading)"
+    assert alone.counts_int.tolist() == shown["bn_reading"] and "bias_count" not in alone.diagnostics["shown_classes"]
+    idx = victims(y, 64, "two-class", torch.Generator().manual_seed(3))
+    tm = _tm(model, x[idx], y[idx], batch_size=16, local_steps=4, lr=0.01, kind="delta")
+    four = LabelJob(Session(aux=aux), tm, "auto").result()
+    assert "bias_count" not in four.diagnostics["shown_classes"]
+    assert four.diagnostics["strategy"] == "hybrid, few shown classes on a delta (BN reading)"
+
+
+@pytest.mark.slow
 def test_auto_reads_a_random_init_bn_delta_on_the_classes_it_shows_present():
     """At random init too (softmax spread 0.11-0.15, not trained-like): a two-class client of labels_fedavg's
     width-16 ConvNet (K = 8 steps of 8 with momentum 0.9, the first class first) reads as its last class in the output

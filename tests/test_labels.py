@@ -382,6 +382,26 @@ def test_rows_benchmark_reads_auto_per_client_and_per_row(tmp_path):
     assert rows[1]["clients"] == 1 and rows[1]["diff"] == 0.0
 
 
+def test_shown_mean_benchmark_pairs_the_bn_reading_with_autos_answer(tmp_path):
+    """benchmarks.labels_shown_mean: where `auto` took the two-step mean (``bias_count`` recorded), the BN reading's
+    InsAcc against `auto`'s on the same client; other clients are counted apart."""
+    import json
+
+    from benchmarks.labels_shown_mean import table
+
+    def client(trial, auto_counts, reading=None):
+        shown = {"classes": [1, 2]} | ({"bn_reading": reading, "bias_count": [0, 2, 2]} if reading else {})
+        return {"model": "m", "state": "s", "batch": "two-class", "K": 2, "trial": trial, "truth": [0, 2, 2],
+                "methods": {"auto": {"InsAcc": sum(min(a, t) for a, t in zip(auto_counts, [0, 2, 2])) / 4,
+                                     "counts": auto_counts, "shown_classes": shown}}}
+
+    path = tmp_path / "r.jsonl"
+    path.write_text("\n".join(json.dumps(c) for c in [client(0, [0, 2, 2], [0, 1, 3]), client(1, [0, 1, 3], [0, 1, 3]),
+                                                        client(2, [0, 3, 1])]))
+    row = table([path]).splitlines()[2]
+    assert row.startswith("| m | s | two-class | 2 | 2 / 1 | 75.0 | 87.5 | +12.5 +- 12.5 (1 better, 0 worse) |")
+
+
 def test_clients_benchmark_writes_runs_and_tables_the_same_updates(tmp_path):
     """benchmarks.labels_clients: clients written once as files, methods run on them through the session, and the
     summary scores every run's column on the clients they share (a shard's file joins its tag's column)."""
