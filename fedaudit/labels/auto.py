@@ -274,6 +274,11 @@ def ensemble_counts(vectors: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Te
     return mean, integer_counts(mean, int(round(float(stack.sum(1).mean()))))
 
 
+def _candidate_counts(result: LabelResult, name: str) -> list[int] | None:
+    """The counts method ``name`` gave as one of ``result``'s reported candidates, or None."""
+    return next((c["counts"] for c in result.diagnostics.get("candidates", []) if c.get("method") == name), None)
+
+
 def _candidates(tm: ThreatModel, session: Session, spread: float | None):
     """(name, method class, session) in the rules' order of preference."""
     single = tm.batch_size == 1 and tm.meta.local_steps == 1
@@ -739,7 +744,7 @@ class Auto(LabelMethod):
         routes' (``bn_count_counts``), or the accepted one (chosen, or a member of the near-aux-mix mean); else None."""
         d = result.diagnostics
         counts = notes.get("bn_count_rejected", {}).get("counts") or d.get("bn_count_counts") \
-            or next((c["counts"] for c in d.get("candidates", []) if c.get("method") == "bn-count"), None)
+            or _candidate_counts(result, "bn-count")
         if counts is None and d.get("chosen") == "bn-count":
             return result.counts_int.clone()
         return None if counts is None else torch.tensor(counts)
@@ -785,9 +790,9 @@ class Auto(LabelMethod):
                 bias = self._shown_mean_partner(tm, session, result) \
                     if tm.meta.local_steps <= self.opt("shown-mean-steps") else None
                 if bias is not None:
-                    info["bias_count"] = presence.project(bias, shown).tolist()
-                    mean = (counts.double() + torch.tensor(info["bias_count"], dtype=torch.float64)) / 2
-                    counts = presence.project(integer_counts(mean, int(counts.sum())), shown)
+                    partner = presence.project(bias, shown)
+                    info["bias_count"] = partner.tolist()
+                    counts = presence.project(ensemble_counts([counts, partner])[1], shown)
                     source = "BN reading and bias-count"
             if torch.equal(counts, result.counts_int):
                 return None
@@ -804,8 +809,7 @@ class Auto(LabelMethod):
     def _shown_mean_partner(tm: ThreatModel, session: Session, result: LabelResult) -> torch.Tensor | None:
         """bias-count's counts for the shown-classes mean: the route's candidate where it ran, else a run of it (None
         where it does not apply)."""
-        ran = next((c["counts"] for c in result.diagnostics.get("candidates", []) if c.get("method") == "bias-count"),
-                   None)
+        ran = _candidate_counts(result, "bias-count")
         if ran is not None:
             return torch.tensor(ran)
         runs, _ = _run_each(tm, session, ("bias-count",))
