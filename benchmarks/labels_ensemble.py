@@ -30,7 +30,8 @@ from benchmarks.labels import data, make_model, train
 from benchmarks.labels_fedavg import client_update
 from fedaudit.jobs import Aux, LabelJob, Session
 from fedaudit.labels import LABEL_METHODS
-from fedaudit.labels.auto import ENSEMBLE, ensemble_counts
+from fedaudit.labels.auto_routes.common import ensemble_counts
+from fedaudit.labels.auto_routes.delta import ENSEMBLE
 from fedaudit.metrics.labels import label_metrics
 
 STRATEGIES = ("evidence", "ensemble")

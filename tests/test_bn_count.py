@@ -246,7 +246,7 @@ def test_auto_doubts_a_one_class_reading_of_a_two_class_client_and_keeps_it_for_
     matched batches; the one-class call on the mixture reading), the gates' other cases the mixture reading. (On these
     deltas the shown-classes step then reads both classes present and projects the BN reading onto them: the route's
     own answer is in ``diagnostics.shown_classes.before``.)"""
-    from fedaudit.labels.auto import DOUBT_MAX_CHANGE
+    from fedaudit.labels.auto_routes.bn_mixture import DOUBT_MAX_CHANGE
 
     x, y, aux, model = setting
 
@@ -289,7 +289,8 @@ def test_auto_averages_bn_count_with_bias_count_near_the_aux_mix(setting):
     bias-count's assumption holds: ``auto`` takes the mean of the two count vectors, which reads these four K = 4
     clients better than bn-count alone (measured 90.6 against 88.7%, the aux images under the mixture's statistics;
     in matched batches, the default, on the benchmark's held-out clients +2.7 +- 0.7 points)."""
-    from fedaudit.labels.auto import NEAR_AUX_TV, ensemble_counts
+    from fedaudit.labels.auto_routes.bn_mixture import NEAR_AUX_TV
+    from fedaudit.labels.auto_routes.common import ensemble_counts
 
     x, y, aux, model = setting
     ours, alone = [], []
@@ -315,7 +316,8 @@ def test_auto_averages_two_agreeing_readings_of_a_skewed_client_and_keeps_bias_c
     the three (measured 0.84 and 0.72 against bias-count's 0.61 and 0.47); on a random client they disagree and
     bias-count stays (0.86, 0.91)."""
     from benchmarks.labels_fedavg import victims  # its "dirichlet" clients: Dirichlet(0.5) shares, random order
-    from fedaudit.labels.auto import AGREE_TV, ensemble_counts
+    from fedaudit.labels.auto_routes.bn_mixture import AGREE_TV
+    from fedaudit.labels.auto_routes.common import ensemble_counts
 
     x, y, aux, model = setting
     for kind, seed in (("dirichlet", 0), ("dirichlet", 5), ("random", 0), ("random", 5)):
@@ -373,7 +375,7 @@ def test_auto_splits_a_two_step_clients_shown_classes_by_the_bn_reading_and_bias
     91.7%, docs/results/labels.md, "A two-step client's shown classes")."""
     from benchmarks.labels_fedavg import victims
     from fedaudit.labels import presence
-    from fedaudit.labels.auto import SHOWN_MEAN_STEPS
+    from fedaudit.labels.auto_routes.shown import SHOWN_MEAN_STEPS
     from fedaudit.labels.base import integer_counts
 
     x, y, aux, model = setting

@@ -91,15 +91,15 @@ def test_client_fit_says_when_it_cannot_apply(digits):
 def test_auto_keeps_the_earlier_route_on_a_model_too_large_for_client_fit(digits, monkeypatch):
     """Above CLIENT_FIT_MAX_PARAMETERS (its unrolled simulation's time and memory are not measured there) `auto`
     returns RLU where its least squares fits the delta, else the ensemble, and does not run client-fit."""
-    from fedaudit.labels import auto
+    from fedaudit.labels.auto_routes import delta
 
     x, y, aux = digits
-    monkeypatch.setattr(auto, "CLIENT_FIT_MAX_PARAMETERS", 1000)
+    monkeypatch.setattr(delta, "CLIENT_FIT_MAX_PARAMETERS", 1000)
     tm = _tm(x[:32], y[:32], CaptureConfig(batch_size=8, local_steps=4, lr=0.01, kind="delta", bn_mode="eval"))
     d = LabelJob(Session(aux=aux), tm, "auto").result().diagnostics
     methods = [c["method"] for c in d["candidates"]]
     assert "client-fit" not in methods and "rlu" in methods
-    if d["rlu_residual"] < auto.RLU_MAX_RESIDUAL:
+    if d["rlu_residual"] < delta.RLU_MAX_RESIDUAL:
         assert d["strategy"] == "hybrid, RLU on a delta" and d["chosen"] == "rlu"
     else:
         assert d["strategy"] == "ensemble (RLU does not fit)" and "client_fit_skipped" in d
@@ -142,7 +142,7 @@ def test_auto_reads_a_two_class_delta_of_an_input_independent_lenet_on_the_class
 
     from benchmarks.labels_fedavg import victims
     from fedaudit.data.offline import MNIST_MEAN, MNIST_STD
-    from fedaudit.labels.auto import INPUT_INDEPENDENT
+    from fedaudit.labels.auto_routes.common import INPUT_INDEPENDENT
     from fedaudit.models import ModelSpec
 
     x, y, aux = digits

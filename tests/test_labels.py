@@ -15,7 +15,7 @@ from fedaudit.io.truth import Truth, load_truth, save_truth
 from fedaudit.io.update import save_update
 from fedaudit.jobs import Aux, LabelJob, Session
 from fedaudit.labels import LABEL_METHODS
-from fedaudit.labels.auto import MARGIN
+from fedaudit.labels.auto_routes.rules import MARGIN
 from fedaudit.labels.base import integer_counts
 from fedaudit.labels.gdbr import trace_chain
 from fedaudit.labels.hfgi import evolve, mutate, rescale
@@ -243,12 +243,12 @@ def test_auto_routes_a_trained_model_to_llg(tmp_path, monkeypatch):
     # batch bias-count puts on the positive entries); which depends on how sure the trained model is of these four
     # digits (a sure sample's entry is near 0, either sign). Those routes come after sample-split's, which takes a
     # batch this small (B < C; tests/test_sample_split.py) and is switched off here
-    from fedaudit.labels import auto
+    from fedaudit.labels.auto_routes import class_count, shown, split
 
-    monkeypatch.setattr(auto.Auto, "_by_sample_split", lambda *args: None)
+    monkeypatch.setattr(split, "by_sample_split", lambda *args: None)
     # the shown-classes step after those routes is checked at the end (it is switched off until then)
-    shown_step = auto.Auto._by_shown_classes
-    monkeypatch.setattr(auto.Auto, "_by_shown_classes", lambda self, tm, session, spread, result, **kw: result)
+    shown_step = shown.by_shown_classes
+    monkeypatch.setattr(shown, "by_shown_classes", lambda tm, session, spread, result, **kw: result)
     r = _plain("auto", trained, aux)
     negative = int((trained.final_bias_grad < 0).sum())
     if negative <= 2:
@@ -259,7 +259,7 @@ def test_auto_routes_a_trained_model_to_llg(tmp_path, monkeypatch):
         assert (r.diagnostics["strategy"], r.diagnostics["chosen"]) == \
             (("hybrid, mostly invisible", "bias-count") if share > 0.6 else ("hybrid, three classes", "llg"))
         # the other side of the threshold takes the other method's counts
-        monkeypatch.setattr(auto, "INVISIBLE_SHARE", share - 0.01 if share <= 0.6 else share + 0.01)
+        monkeypatch.setattr(class_count, "INVISIBLE_SHARE", share - 0.01 if share <= 0.6 else share + 0.01)
         other = _plain("auto", trained, aux)
         method = "bias-count" if share <= 0.6 else "llg"
         assert other.diagnostics["chosen"] == method
@@ -268,8 +268,8 @@ def test_auto_routes_a_trained_model_to_llg(tmp_path, monkeypatch):
         assert r.diagnostics["strategy"] == "evidence" and r.counts_int.tolist() == ev.counts_int.tolist()
     # the classes whose output-weight-gradient row has a negative entry are in the batch for certain (ReLU features):
     # a batch of three classes shows at most three, and the counts are read on them only
-    monkeypatch.setattr(auto.Auto, "_by_shown_classes", shown_step)
-    monkeypatch.setattr(auto, "INVISIBLE_SHARE", 0.6)
+    monkeypatch.setattr(shown, "by_shown_classes", shown_step)
+    monkeypatch.setattr(class_count, "INVISIBLE_SHARE", 0.6)
     r = _plain("auto", trained, aux)
     shown = r.diagnostics["shown_classes"]["classes"]
     assert shown and set(shown) <= {1, 4, 7} and r.diagnostics["strategy"] == "hybrid, few shown classes"

@@ -72,7 +72,7 @@ def test_floor_and_project():
 def test_a_split_result_gives_way_to_one_shown_class():
     """auto's step after sample-split: where the update shows exactly one class, samples the split put on another
     class move to it; with two classes shown the split's result stands."""
-    from fedaudit.labels.auto import Auto
+    from fedaudit.labels.auto_routes.shown import by_one_shown_class
     from fedaudit.labels.base import LabelResult
     from fedaudit.session import Session
 
@@ -82,9 +82,9 @@ def test_a_split_result_gives_way_to_one_shown_class():
 
     tm, probe = _view("convnet", {"width": 8}, [4, 4, 4, 4])
     session = Session(aux=Aux(probe, None, "images"))
-    moved = Auto()._by_one_shown_class(tm, session, split([0, 1, 0, 0, 3, 0, 0, 0, 0, 0]), None)
+    moved = by_one_shown_class(tm, session, split([0, 1, 0, 0, 3, 0, 0, 0, 0, 0]), None)
     assert moved.counts_int.tolist() == [0, 0, 0, 0, 4, 0, 0, 0, 0, 0]
     assert moved.diagnostics["strategy"].endswith("one shown class") and moved.diagnostics["shown_classes"]["classes"] == [4]
     tm, _ = _view("convnet", {"width": 8}, [4, 4, 4, 1])
-    kept = Auto()._by_one_shown_class(tm, session, split([0, 1, 0, 0, 3, 0, 0, 0, 0, 0]), None)
+    kept = by_one_shown_class(tm, session, split([0, 1, 0, 0, 3, 0, 0, 0, 0, 0]), None)
     assert kept.counts_int.tolist() == [0, 1, 0, 0, 3, 0, 0, 0, 0, 0] and "shown_classes" not in kept.diagnostics

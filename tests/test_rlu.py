@@ -12,7 +12,8 @@ from fedaudit.client.capture import CaptureConfig
 from fedaudit.data.offline import MNIST_MEAN, MNIST_STD, mnist_digits
 from fedaudit.jobs import Aux, LabelJob, Session
 from fedaudit.labels import LABEL_METHODS
-from fedaudit.labels.auto import INPUT_INDEPENDENT, MARGIN
+from fedaudit.labels.auto_routes.common import INPUT_INDEPENDENT
+from fedaudit.labels.auto_routes.rules import MARGIN
 from fedaudit.labels.base import integer_counts
 from fedaudit.labels.evidence import Evidence
 from fedaudit.metrics.label_floor import uniform_floor
@@ -192,7 +193,7 @@ def test_auto_gives_a_one_class_batch_of_a_trained_model_to_its_class(digits, su
     """No BN buffers: one negative output-bias entry, LLG putting most of the batch on that class and HFGI all of it
     send the whole batch there (LLG alone leaves a sample elsewhere: 15 of 16 on each of these batches when written);
     the shown-classes step after it (one class shown) agrees; on a 14 + 2 batch the route costs nothing against LLG."""
-    from fedaudit.labels import auto
+    from fedaudit.labels.auto_routes import shown
 
     x, y, aux = digits
     model = sure_lenet
@@ -204,7 +205,7 @@ def test_auto_gives_a_one_class_batch_of_a_trained_model_to_its_class(digits, su
         assert d["strategy"] == "hybrid, few shown classes" and d["shown_classes"]["classes"] == [c]
         assert d["shown_classes"]["before"]["strategy"] == "hybrid, one class" and r.labels == [c] * 16
         with monkeypatch.context() as m:  # the route itself, without the step
-            m.setattr(auto.Auto, "_by_shown_classes", lambda self, tm, session, spread, result, **kw: result)
+            m.setattr(shown, "by_shown_classes", lambda tm, session, spread, result, **kw: result)
             r = LabelJob(Session(aux=aux), tm, "auto").result()
         d = r.diagnostics
         assert d["strategy"] == "hybrid, one class" and d["negative_bias_entries"] == 1 and d["softmax_spread"] >= 0.3
