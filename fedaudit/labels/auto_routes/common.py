@@ -49,8 +49,8 @@ def probe_head(tm: ThreatModel, session: Session) -> tuple[float, float]:
     return float(0.5 * (p - p.mean(0)).abs().sum(1).mean()), float(h.min())
 
 
-def shown(tm: ThreatModel, session: Session, min_feature: float | None
-          ) -> tuple[list[str], torch.Tensor | None, torch.Tensor | None]:
+def read_shown(tm: ThreatModel, session: Session, min_feature: float | None
+               ) -> tuple[list[str], torch.Tensor | None, torch.Tensor | None]:
     """(why the shown-classes test cannot be read, shown [C], row minima [C]) of presence.py; the probe images run
     only where ``min_feature`` (from probe_head) is not already known."""
     probe = probe_aux(tm, session) if min_feature is None else None

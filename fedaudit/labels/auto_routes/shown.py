@@ -17,10 +17,10 @@ from fedaudit.labels.auto_routes.common import (
     ensemble_counts,
     negative_entries,
     parameters,
+    read_shown,
     regime,
     routed,
     run_each,
-    shown,
 )
 from fedaudit.labels.base import LabelResult
 from fedaudit.session import Session
@@ -82,7 +82,7 @@ def _with_shown(tm: ThreatModel, session: Session, spread: float | None, result:
     The classes, each row's relative minimum and the route's answer (``before``) go to
     ``diagnostics.shown_classes``, or why the test cannot be read."""
     d = result.diagnostics
-    why, classes, minima = shown(tm, session, min_feature)
+    why, classes, minima = read_shown(tm, session, min_feature)
     if classes is None or minima is None:
         d["shown_classes"] = {"not_applicable": "; ".join(why)}
         return result
@@ -207,7 +207,7 @@ def by_one_shown_class(tm: ThreatModel, session: Session, result: LabelResult,
     216 batches) only single-class batches showed one class, while the split misses a sample of some of them
     (docs/results/labels.md, "One shown class after sample-split"); a hidden minority (1 of 8 trained-LeNet 7/1
     batches of 8) would cost its sample, as the split's misses do."""
-    _, classes, _ = shown(tm, session, min_feature)
+    _, classes, _ = read_shown(tm, session, min_feature)
     if classes is None or int(classes.sum()) != 1 or bool((result.counts_int[~classes] == 0).all()):
         return result
     before = result.counts_int.tolist()
