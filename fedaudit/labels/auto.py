@@ -18,26 +18,26 @@ MNIST LeNet/ConvNet rows (docs/results/labels.md) the evidence alone loses up to
 init, K = 1 (it is sometimes confidently wrong there) and gains up to 19 points where the rules' assumptions fail.
 
 On a FedAvg delta (several local steps) of more classes, of a model whose BatchNorm (if any) does not normalise with
-batch statistics during local training, hybrid takes client-fit (fedaudit/labels/client_fit.py), which fits each
-step's class mix so that a client simulated on the aux images reproduces the whole update, rather than guessing the
-client's path as RLU must (docs/results/labels.md, "client-fit"; before it, RLU where its least squares fitted the
-update, else the ensemble), except on a model whose outputs do not depend on its input (softmax spread below
-INPUT_INDEPENDENT), where RLU's model is exact and it is returned, with batch-statistics BatchNorm too (ResNets at
-random init, where no BN-statistics reading is tried first; "ResNet-10 and ResNet-18 FedAvg deltas"). Other deltas (BatchNorm in train mode, e.g. the
-ConvNet, where RLU trails bias-count and ZLG by 20-50 points and client-fit the ensemble by 7 points on average,
-docs/results/labels.md, "client-fit on the BN ConvNet") first go to bn-count where labelled aux images are given and
-its counts explain the BN buffers' mixture of the K batches to a relative residual below 0.05 and the model moved
-less than 0.01 of its norm (on 36 held-out trained ConvNet clients: 87.0% against 77.7), then to the class-count
+batch statistics during local training, hybrid takes client-fit (fedaudit/labels/client_fit.py), which fits each step's
+class mix so that a client simulated on the aux images reproduces the whole update, rather than guessing the client's
+path as RLU must (docs/results/labels.md, "client-fit"; before it, RLU where its least squares fitted the update, else
+the ensemble), except on a model whose outputs do not depend on its input (softmax spread below INPUT_INDEPENDENT),
+where RLU's model is exact and it is returned, with batch-statistics BatchNorm too (ResNets at random init, where no
+BN-statistics reading is tried first; "ResNet-10 and ResNet-18 FedAvg deltas"). Other deltas (BatchNorm in train mode,
+e.g. the ConvNet, where RLU trails bias-count and ZLG by 20-50 points and client-fit the ensemble by 7 points on
+average, docs/results/labels.md, "client-fit on the BN ConvNet") first go to bn-count where labelled aux images are
+given and its counts explain the BN buffers' mixture of the K batches to a relative residual below 0.05 and the model
+moved less than 0.01 of its norm (on 36 held-out trained ConvNet clients: 87.0% against 77.7), then to the class-count
 routes (where the many-classes route's bias-count answers a client whose BN reading was rejected, the mean with that
-reading and LLG's where those two agree: auto_routes/bn_mixture.py's ``by_agreement``), then get the mean of the count vectors of
-bias-count, ZLG, iLRG, LLG, LLG+ and RLU (``--strategy ensemble`` everywhere), which trails the best single method
-by 4.1-7.5 points on the ConvNet's held-out batches (benchmarks/labels_ensemble.py). The ensemble trails the
-evidence on one-step updates, where it is not used. Last, on any delta (after every route but RLU's on a model
-whose outputs do not depend on the input), the classes its output-layer update shows present for certain
-(auto_routes/shown.py's ``by_shown_on_delta``: at most three shown, bn-count's reading of the BN mixture projected onto them; two-class
-clients of the ConvNet held out 67.9 -> 88.4% trained, 68.2 -> 85.9% at random init); on a model without
-batch-statistics BN, client-fit's reading projected onto them (the DLG LeNets' two-class clients held out 83.7 ->
-93.2% at random init, 65.0 -> 87.4% trained).
+reading and LLG's where those two agree: auto_routes/bn_mixture.py's ``by_agreement``), then get the mean of the count
+vectors of bias-count, ZLG, iLRG, LLG, LLG+ and RLU (``--strategy ensemble`` everywhere), which trails the best single
+method by 4.1-7.5 points on the ConvNet's held-out batches (benchmarks/labels_ensemble.py). The ensemble trails the
+evidence on one-step updates, where it is not used. Last, on any delta (after every route but RLU's on a model whose
+outputs do not depend on the input), the classes its output-layer update shows present for certain
+(auto_routes/shown.py's ``by_shown_on_delta``: at most three shown, bn-count's reading of the BN mixture projected onto
+them; two-class clients of the ConvNet held out 67.9 -> 88.4% trained, 68.2 -> 85.9% at random init); on a model without
+batch-statistics BN, client-fit's reading projected onto them (the DLG LeNets' two-class clients held out 83.7 -> 93.2%
+at random init, 65.0 -> 87.4% trained).
 
 ``--strategy evidence``: run every applicable count method (aux data where given, Gaussian dummies
 otherwise), score each distinct count vector by how well it explains the output layer's update under the model
