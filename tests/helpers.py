@@ -37,7 +37,9 @@ class Cli:
             self.runner = CliRunner()
 
     def __call__(self, *args, expect: int | None = 0):
-        result = self.runner.invoke(app, [str(a) for a in args], env={"NO_COLOR": "1", "COLUMNS": "120"})
+        # no proxy batches unless a test asks (--proxies N): they multiply an attack's cost by N + 1
+        result = self.runner.invoke(app, [str(a) for a in args], env={"NO_COLOR": "1", "COLUMNS": "120",
+                                                                        "FEDAUDIT_PROXIES": "0"})
         if expect is not None:
             assert result.exit_code == expect, (result.exit_code, result.stdout, result.stderr, result.exception)
         return result
@@ -50,7 +52,8 @@ class Cli:
 def run_module(*args, cwd=ROOT) -> subprocess.CompletedProcess:
     """``python -m fedaudit ...`` in a subprocess (what a shell pipeline sees)."""
     return subprocess.run([sys.executable, "-m", "fedaudit", *map(str, args)], cwd=cwd, capture_output=True,
-                          text=True, env={"NO_COLOR": "1", "COLUMNS": "120", "PATH": "/usr/bin:/bin"}, timeout=300)
+                          text=True, env={"NO_COLOR": "1", "COLUMNS": "120", "PATH": "/usr/bin:/bin", "FEDAUDIT_PROXIES": "0"},
+                          timeout=300)
 
 
 def start_long_reconstruct(tmp_path: Path, **popen_kwargs) -> tuple[subprocess.Popen, Path, Path]:

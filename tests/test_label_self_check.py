@@ -9,7 +9,8 @@ import torch
 from fedaudit.client.capture import CaptureConfig
 from fedaudit.io.update import save_update
 from fedaudit.jobs import Aux, DefendJob, LabelJob, Session
-from fedaudit.verdict.label_self_check import _config, near_guess, split_aux
+from fedaudit.verdict.label_self_check import near_guess, split_aux
+from fedaudit.verdict.simulated_client import recipe
 
 from .mnist_lenet import server_view as _tm
 
@@ -50,7 +51,7 @@ def test_self_check_simulates_the_update_recipe_and_says_when_it_cannot(digits):
     cfg = CaptureConfig(batch_size=4, local_steps=3, lr=0.02, momentum=0.9, weight_decay=1e-4, kind="delta",
                         bn_mode="eval", withhold=("body.0.weight",))
     tm = _tm(x[:12], y[:12], cfg)
-    got = _config(tm)
+    got = recipe(tm)
     for name in ("batch_size", "local_steps", "lr", "momentum", "weight_decay", "kind", "bn_mode", "delta_sign"):
         assert getattr(got, name) == getattr(cfg, name), name
     assert got.withhold == ("body.0.weight",) and got.include_buffers is False

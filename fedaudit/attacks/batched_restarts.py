@@ -25,7 +25,16 @@ import torch
 
 from fedaudit.attacks import cuda_graph
 from fedaudit.attacks.base import OptimizationAttack
-from fedaudit.attacks.run_state import Best, LoopConfig, LoopResult, finite, images_or_none, progress_bar, score_restart
+from fedaudit.attacks.run_state import (
+    Best,
+    LoopConfig,
+    LoopResult,
+    finite,
+    images_or_none,
+    progress_bar,
+    restart_generator,
+    score_restart,
+)
 from fedaudit.errors import RuntimeFailure
 
 CPU_BATCH_MAX_PARAMETERS = 1_000_000
@@ -104,7 +113,7 @@ def optimize_batched(attack: OptimizationAttack, cfg: LoopConfig) -> LoopResult:
 def _run_group(attack, cfg, group, progress, task, log_every, held: dict):
     """Optimise the restarts in ``group`` as one stacked batch; (states, start images, diverged, iterations, history,
     interrupted). ``held["steps"]`` keeps the stepper between groups of one size (a captured graph is reused)."""
-    singles = [attack.init_state(torch.Generator().manual_seed(cfg.seed * 10_007 + r)) for r in group]
+    singles = [attack.init_state(restart_generator(cfg.seed, r)) for r in group]
     starts = [images_or_none(attack, s) for s in singles]
     states = {k: torch.stack([s[k].detach() for s in singles]).requires_grad_(True) for k in singles[0]}
     if held.get("size") != len(group):

@@ -38,6 +38,7 @@ from fedaudit.attacks.run_state import (  # noqa: F401  (LoopConfig, LoopResult,
     finite,
     images_or_none,
     progress_bar,
+    restart_generator,
     score_restart,
 )
 from fedaudit.errors import InputError, RuntimeFailure
@@ -110,8 +111,7 @@ def optimize(attack: OptimizationAttack, cfg: LoopConfig) -> LoopResult:
         task = progress.add_task(attack.name, total=cfg.iterations * (cfg.restarts - start_restart), loss="-")
         progress.advance(task, start_it)
         for restart in range(start_restart, cfg.restarts):
-            gen = torch.Generator().manual_seed(cfg.seed * 10_007 + restart)
-            state = attack.init_state(gen)
+            state = attack.init_state(restart_generator(cfg.seed, restart))
             start_images = images_or_none(attack, state)  # before a resume overwrites the state: the true start
             state, opt = steps.begin(state)  # captured runs keep the first restart's tensors (cuda_graph.py)
             first = 0

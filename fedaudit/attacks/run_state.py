@@ -80,6 +80,16 @@ def progress_bar(quiet: bool) -> Progress:
                     redirect_stdout=False, redirect_stderr=False, disable=quiet or not console.is_terminal)
 
 
+def restart_generator(seed: int, restart: int) -> torch.Generator:
+    """The generator a restart's initial state is drawn from (the same for sequential and stacked restarts)."""
+    return torch.Generator().manual_seed(seed * 10_007 + restart)
+
+
+def initial_images(attack: OptimizationAttack, seed: int, restart: int) -> torch.Tensor | None:
+    """The images restart ``restart`` started from (drawn again: the identification metric's initialisation null)."""
+    return images_or_none(attack, attack.init_state(restart_generator(seed, restart)))
+
+
 def images_or_none(attack: OptimizationAttack, state) -> torch.Tensor | None:
     images = attack.images(state).detach()
     return images.clone() if images.numel() else None

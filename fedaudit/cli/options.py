@@ -37,6 +37,12 @@ class FailOn(str, Enum):
     very_high = "very_high"
 
 
+class Gate(str, Enum):  # members upper-case: str already has .upper()/.lower()
+    UPPER = "upper"
+    POINT = "point"
+    LOWER = "lower"
+
+
 class LpipsNet(str, Enum):
     vgg = "vgg"
     alex = "alex"
@@ -54,6 +60,12 @@ DeviceOpt = Annotated[str, typer.Option("--device", envvar="FEDAUDIT_DEVICE", he
 SeedOpt = Annotated[int, typer.Option("--seed", help="Random seed (runs are repeatable on CPU).")]
 FailOnOpt = Annotated[FailOn, typer.Option("--fail-on", help=(
     "Exit 1 when the risk band is at or above this: the band measured against --truth, else the band "
-    "estimated from truth-free evidence (the report says which)."))]
+    "estimated from truth-free evidence, at the end of its range --gate picks (the report says which)."))]
+GateOpt = Annotated[Gate, typer.Option("--gate", help=(
+    "Which end of the band's range --fail-on tests: upper (default: a false alarm over a false 'safe'), point, or "
+    "lower (only what is established)."))]
+ProxiesOpt = Annotated[int, typer.Option("--proxies", envvar="FEDAUDIT_PROXIES", help=(
+    "Calibrate the truth-free estimate on this many proxy batches: public images (--aux when given) captured with "
+    "the update's recipe and attacked the same way; costs that many more attack runs. 0: the uncalibrated rule."))]
 LpipsNetOpt = Annotated[LpipsNet, typer.Option("--lpips-net", help="LPIPS backbone (vgg is the meaningful one at 32x32).")]
 LpipsWeightsOpt = Annotated[Optional[Path], typer.Option("--lpips-weights", help="LPIPS model file from 'fedaudit lpips-export'.")]

@@ -93,6 +93,7 @@ class AuditJob:
     eval_labels: torch.Tensor | None = None
     eval_lr: float | None = None
     self_check: int = 0  # the label method's self-check, once per defense row (its clients get the row's defenses)
+    gate: str = "upper"  # which end of each cell's measured band range --fail-on tests (fedaudit/metrics/risk.py)
 
     def __post_init__(self) -> None:
         check_plan(self.attacks, self.labels, self.iterations, self.restarts)
@@ -110,7 +111,7 @@ class AuditJob:
         loop = {"iterations": self.iterations, "restarts": self.restarts}
         loop.update({k: given.pop(k) for k in LOOP_KEYS if k in given})
         return ReconstructJob(self.session, tm, attack, given, loop, labels=self.labels,
-                              label_self_check=self.self_check, label_cache=label_cache)
+                              label_self_check=self.self_check, label_cache=label_cache, gate=self.gate)
 
     def run(self, out: OutputDir, on_cell: Callable[[dict], None] | None = None) -> dict[str, Any]:
         """Every cell's report under ``cells/``; returns rows, cells, whether it was interrupted, the worst band."""
@@ -159,6 +160,7 @@ class AuditJob:
                 cell.update({
                     "psnr": (summary.get("psnr") or {}).get("mean"), "ssim": (summary.get("ssim") or {}).get("mean"),
                     "lpips": (summary.get("lpips") or {}).get("mean"), "risk_band": m.get("risk_band"),
+                    "risk_band_range": m.get("risk_band_range"), "band_for_fail_on": report["fail_on_band"]["band"],
                     "risk_band_estimated": report.get("risk_band_estimated"),
                     "risk_band_estimated_confidence": report.get("risk_band_estimated_confidence"),
                     "label_insacc": label_metrics.get("InsAcc"), "label_method": job.label_method,
@@ -173,8 +175,15 @@ class AuditJob:
                 if on_cell:
                     on_cell(cell)
                 if result.interrupted:
-                    return {"rows": rows, "cells": cells, "interrupted": True, "worst_risk_band": worst_band(c.get("risk_band") for c in cells)}
-        return {"rows": rows, "cells": cells, "interrupted": False, "worst_risk_band": worst_band(c.get("risk_band") for c in cells)}
+                    return self._result(rows, cells, True)
+        return self._result(rows, cells, False)
+
+    @staticmethod
+    def _result(rows: list[dict[str, Any]], cells: list[dict[str, Any]], interrupted: bool) -> dict[str, Any]:
+        """The matrix with its worst measured point band and the worst band ``--fail-on`` reads (at ``gate``)."""
+        return {"rows": rows, "cells": cells, "interrupted": interrupted,
+                "worst_risk_band": worst_band(c.get("risk_band") for c in cells),
+                "worst_band_for_fail_on": worst_band(c.get("band_for_fail_on") for c in cells)}
 
     def run_to(self, out: OutputDir, inputs: dict[str, Any], on_cell: Callable[[dict], None] | None = None) -> dict[str, Any]:
         """Run the matrix and write audit.json and audit.html beside the cells (Ctrl-C keeps the finished cells)."""
@@ -186,12 +195,13 @@ class AuditJob:
         try:
             result = self.run(out, on_cell)
         except KeyboardInterrupt:
-            result = {"rows": [], "cells": [], "interrupted": True, "worst_risk_band": None}
+            result = self._result([], [], True)
         failed = [f"{r['defense']}: {r['error']}" for r in result["rows"] if "error" in r] + \
                  [f"{c['defense']} x {c['attack']}: {c['error']}" for c in result["cells"] if "error" in c]
         status = "interrupted" if result["interrupted"] else "incomplete" if failed else "complete"
         doc.update(status=status, failed=failed, rows=result["rows"],
-                   cells=result["cells"], worst_risk_band=result["worst_risk_band"],
+                   cells=result["cells"], worst_risk_band=result["worst_risk_band"], gate=self.gate,
+                   worst_band_for_fail_on=result["worst_band_for_fail_on"],
                    plan={"attacks": attack_names, "defenses": [r[0] for r in rows]})
         grids = {c["grid"]: (out.staging / c["grid"]).read_bytes() for c in result["cells"] if c.get("grid")}
         out.write_text("audit.json", dumps_json(doc))

@@ -26,7 +26,7 @@ from fedaudit.io.files import atomic_write_bytes, dumps_json
 from fedaudit.jobs.parallel import run_local, run_ray
 from fedaudit.jobs.round_client import finished
 from fedaudit.labels import LABEL_METHODS
-from fedaudit.metrics.risk import BANDS, worst_band
+from fedaudit.metrics.risk import BANDS, GATES, worst_band
 from fedaudit.report.document import new_report
 from fedaudit.report.round_html import render_round_html
 
@@ -48,6 +48,8 @@ class RoundPlan:
     threads: int | None = None
     aux_labels: str | None = None
     self_check: int = 0  # the label method's self-check per client (needs labelled aux images)
+    proxies: int = 0  # proxy batches per client attack that calibrate its estimated band (fedaudit/jobs/proxies.py)
+    gate: str = "upper"  # which end of each client's estimated range the round's --fail-on reads
 
     def check(self) -> None:
         for a in self.attacks:
@@ -57,6 +59,10 @@ class RoundPlan:
             raise InputError("--iterations and --restarts must be >= 1")
         if self.self_check < 0:
             raise InputError("--self-check must be >= 0")
+        if self.proxies < 0:
+            raise InputError(f"--proxies must be >= 0, got {self.proxies}")
+        if self.gate not in GATES:
+            raise InputError(f"--gate must be one of {', '.join(GATES)}, got {self.gate!r}")
         if self.batch_size is not None and self.batch_size < 1:
             raise InputError("--batch-size must be >= 1")
 

@@ -16,22 +16,27 @@ from fedaudit.attacks import ATTACKS, cuda_graph
 from fedaudit.attacks.base import OptimizationAttack
 from fedaudit.attacks.engine import GradientEngine
 from fedaudit.attacks.loop import BARELY_MOVED, LoopConfig, LoopResult, optimize
+from fedaudit.attacks.run_state import initial_images
 from fedaudit.channels import bn_statistics
 from fedaudit.errors import InputError, RuntimeFailure
 from fedaudit.io.files import read_safetensors, safetensors_bytes
 from fedaudit.io.truth import Truth
+from fedaudit.jobs.gate import fail_on_band
 from fedaudit.jobs.labels import LabelJob
+from fedaudit.jobs.proxies import run_proxies
 from fedaudit.labels import LABEL_METHODS
 from fedaudit.labels.base import samples_in_update
 from fedaudit.metrics.evaluate import evaluate_images
 from fedaudit.metrics.features import feature_recovery
+from fedaudit.metrics.risk import GATES
 from fedaudit.models.head import output_layer_io
 from fedaudit.report.document import new_report
 from fedaudit.report.label_lines import summary_line
 from fedaudit.report.outdir import OutputDir
-from fedaudit.report.write import write_report
+from fedaudit.report.write import comparison_grid, write_report
 from fedaudit.session import Session
 from fedaudit.threat_model import ThreatModel
+from fedaudit.verdict.calibrated import calibrated
 from fedaudit.verdict.channels import channel_evidence
 from fedaudit.verdict.estimate import estimate
 from fedaudit.verdict.reconstruction import reconstruction_evidence
@@ -66,6 +71,7 @@ class ReconstructResult:
     images: torch.Tensor  # [N, C, H, W] on the CPU (N = 0 when the attack stopped before images)
     tensors: dict[str, torch.Tensor]  # anything else the attack recovered (features, logits)
     loop: LoopResult
+    proxies: list[dict[str, Any]] = field(default_factory=list)  # proxy records with their images (for the report)
 
     @property
     def interrupted(self) -> bool:
@@ -86,19 +92,15 @@ class ReconstructResult:
                          identification={k: (m.get("identification") or {}).get(k) for k in ("rate", "identified", "of", "band")})
         out_d["barely_moved"] = r["attack"]["movement"]["barely_moved"]
         verdict = r.get("evidence", {}).get("verdict") or {}
-        out_d.update(risk_band_estimated=verdict.get("band"), risk_band_estimated_confidence=verdict.get("confidence"),
-                     risk_band_estimated_p_higher=verdict.get("p_higher"))
-        band, source = self.band()
-        out_d.update(band_for_fail_on=band, band_source=source)
+        if "risk_band" in m:
+            out_d["risk_band_range"] = m.get("risk_band_range")
+        out_d.update(risk_band_estimated=verdict.get("band"), risk_band_estimated_range=verdict.get("range"),
+                     risk_band_estimated_confidence=verdict.get("confidence"),
+                     risk_band_estimated_p_higher=verdict.get("p_higher"), estimate_source=verdict.get("source"))
+        gate = r.get("fail_on_band") or {}
+        out_d.update(band_for_fail_on=gate.get("band"), band_source=gate.get("source_kind"), gate=gate.get("gate"),
+                     gate_line=gate.get("line"))
         return out_d
-
-    def band(self) -> tuple[str | None, str | None]:
-        """The band ``--fail-on`` tests: the measured one with the truth, else the estimated one."""
-        measured = self.report.get("metrics", {}).get("risk_band")
-        if measured:
-            return measured, "measured"
-        estimated = self.report.get("risk_band_estimated")
-        return (estimated, "estimated") if estimated else (None, None)
 
     def notes(self, out: Path | str) -> list[str]:
         """The lines ``fedaudit reconstruct`` logs on stderr."""
@@ -124,10 +126,18 @@ class ReconstructResult:
         verdict = r.get("evidence", {}).get("verdict") or {}
         lines += [f"caveat: {c}" for c in verdict.get("caveats", [])]
         if verdict.get("band"):
-            lines.append(f"estimated risk (no truth needed): {verdict['band']}, confidence {verdict['confidence']:.2f}, "
-                         f"P(higher) {verdict['p_higher']:.2f} ({verdict['source']})")
+            lo, hi = verdict["range"]
+            lines.append(f"estimated risk (no truth needed): {verdict['band']} [{lo} .. {hi}], confidence "
+                         f"{verdict['confidence']:.2f}, P(higher) {verdict['p_higher']:.2f} ({verdict['source']})")
+            lines += [f"warning: {w}" for w in (r["evidence"].get("proxies") or {}).get("warnings", [])]
+            if (r["evidence"].get("proxies") or {}).get("not_applicable"):
+                lines.append(f"uncalibrated: {r['evidence']['proxies']['not_applicable']}")
         elif verdict:
             lines.append(f"estimated risk: none ({verdict.get('why')})")
+        if m.get("band"):
+            lines.append(f"measured: {m['band']['why']}")
+        if (r.get("fail_on_band") or {}).get("line"):
+            lines.append(r["fail_on_band"]["line"])
         return lines
 
 
@@ -151,6 +161,8 @@ class ReconstructJob:
     labels_file: Path | None = None
     given_labels: list[int] | None = None
     multi_step: str = "merged"  # merged: one batch of B*K images (FedLeak); unroll: K simulated local steps
+    proxies: int = 0  # proxy batches that calibrate the truth-free estimate (fedaudit/jobs/proxies.py); 0: the rule
+    gate: str = "upper"  # which end of the band range --fail-on tests: upper | point | lower
     checkpoint_every: int = 0
     checkpoint_path: Path | None = None
     resume: Path | None = None
@@ -169,6 +181,10 @@ class ReconstructJob:
             raise InputError("--self-check checks a label method's reading; labels from a file have none to check")
         if self.multi_step not in MULTI_STEP:
             raise InputError(f"--multi-step must be one of {', '.join(MULTI_STEP)}")
+        if self.proxies < 0:
+            raise InputError(f"--proxies must be >= 0, got {self.proxies}")
+        if self.gate not in GATES:
+            raise InputError(f"--gate must be one of {', '.join(GATES)}, got {self.gate!r}")
 
     def why_not(self) -> list[str]:
         """Why this run cannot start on its threat model (the attack's needs, then its label method's), or []."""
@@ -297,26 +313,31 @@ class ReconstructJob:
             report["attack"][result.extras.get("section", "details")] = extra
         tensors = result.extras.get("tensors", {})
         images = result.images.cpu()
-        report["evidence"] = self.evidence(attack, result, report)
+        report["evidence"], proxies = self.evidence(attack, result, report)
+        if (report["evidence"].get("proxies") or {}).get("interrupted"):
+            report["status"] = "interrupted"  # Ctrl-C while the proxies ran: the run is kept, the exit says so
         verdict = report["evidence"]["verdict"]
         report["risk_band_estimated"] = verdict["band"]
+        report["risk_band_estimated_range"] = verdict.get("range")
         report["risk_band_estimated_confidence"] = verdict["confidence"]
         if truth is not None:
             if images.shape[0]:
+                start = initial_images(attack, self.session.seed, result.best_restart)
                 report["metrics"] = evaluate_images(images, truth.images, self.session.lpips_net,
-                                                    self.session.lpips_weights, attacked_arch=tm.spec.arch)
+                                                    self.session.lpips_weights, attacked_arch=tm.spec.arch,
+                                                    init=None if start is None else start.cpu(), seed=self.session.seed)
             if "features" in tensors:
                 true_f = output_layer_io(tm.model, tm.spec, tm.output_layer, truth.images, tm.train_bn,
                                          chunk=max(len(truth.images), 1))[0]
                 report.setdefault("metrics", {})["features"] = feature_recovery(
                     tensors["features"], true_f, result.labels, truth.labels.tolist() if truth.labels is not None else None)
-        measured = report.get("metrics", {}).get("risk_band")
-        report["fail_on_band"] = ({"band": measured, "source": "measured against the truth"} if measured else
-                                  {"band": report["risk_band_estimated"], "source": "estimated without the truth"})
-        return ReconstructResult(report, images, tensors, result)
+        report["fail_on_band"] = fail_on_band(report, self.gate)
+        return ReconstructResult(report, images, tensors, result, proxies)
 
-    def evidence(self, attack: OptimizationAttack, result: LoopResult, report: dict[str, Any]) -> dict[str, Any]:
-        """The truth-free evidence and the estimated band (fedaudit/verdict/; docs/methods/verdict.md)."""
+    def evidence(self, attack: OptimizationAttack, result: LoopResult,
+                 report: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """The truth-free evidence and the estimated band (fedaudit/verdict/; docs/methods/verdict.md), calibrated on
+        ``proxies`` proxy batches when asked (fedaudit/jobs/proxies.py); also the proxies' records with images."""
         images = result.images.cpu()
         out: dict[str, Any] = {"labels": report["labels"].get("evidence"),
                                "channels": channel_evidence(self.tm, report["attack"])}
@@ -324,16 +345,37 @@ class ReconstructJob:
             out["reconstruction"] = reconstruction_evidence(
                 attack.engine, images, result.labels, result.restart_images, result.best_restart, self.session.seed,
                 self.session.lpips_net, self.session.lpips_weights)
-        out["verdict"] = estimate(out)
-        return out
+        rule = estimate(out)
+        out["verdict"] = rule
+        if rule.get("score_db") is None:  # no images, or an exact channel: nothing for proxies to calibrate
+            return out, []
+        if not self.proxies:
+            out["proxies"] = {"requested": 0, "not_applicable": "no proxies: --proxies 0"}
+            return out, []
+        if result.interrupted:  # Ctrl-C: write the best result so far now, not after P more runs
+            out["proxies"] = {"requested": self.proxies, "not_applicable": "no proxies: the run was interrupted"}
+            return out, []
+        run = run_proxies(self, result.labels, self.proxies)
+        records = run.pop("proxies")
+        out["proxies"] = {**run, "measured": [{k: v for k, v in p.items() if k not in ("images", "truth", "pairs")}
+                                              for p in records]}
+        if records:
+            out["verdict"] = {**calibrated(rule, records), **({"caveats": rule["caveats"]} if "caveats" in rule else {})}
+        return out, records
 
     def write(self, out: OutputDir, result: ReconstructResult, truth: Truth | None = None, prefix: str = "") -> None:
-        """reconstruction.safetensors (images, labels, what else was recovered) and the report files."""
+        """reconstruction.safetensors (images, labels, what else was recovered), the proxies' grids and the report
+        files."""
+        proxy_pngs = [comparison_grid(p["images"], p["truth"], p["pairs"]) for p in result.proxies]
+        if proxy_pngs:
+            result.report["evidence"]["proxies"]["grids"] = [
+                out.write_bytes(f"{prefix}proxies/{p['index']}.png", png) for p, png in zip(result.proxies, proxy_pngs)]
         if not prefix:
             out.write_bytes("reconstruction.safetensors", safetensors_bytes(
                 {"images": result.images, "labels": torch.tensor(result.report["attack"]["recovered_labels"]),
                  **result.tensors}, {"fedaudit.file": "reconstruction", "fedaudit.attack": self.attack}))
-        write_report(out, result.report, result.images, truth.images if truth is not None else None, prefix=prefix)
+        write_report(out, result.report, result.images, truth.images if truth is not None else None, prefix=prefix,
+                     proxy_pngs=proxy_pngs)
 
     def run_to(self, out: OutputDir, truth: Truth | None = None, inputs: dict[str, Any] | None = None) -> ReconstructResult:
         """Run and write the report folder (committed whole; the caller's ``with out:`` removes it on failure)."""

@@ -62,14 +62,17 @@ def audit_client(task: dict[str, Any]) -> dict[str, Any]:
         for attack in plan["attacks"]:  # the attacks share one label reading (and its self-check)
             loop = {"iterations": plan["iterations"], "restarts": plan["restarts"]}
             job = ReconstructJob(session, tm, attack, None, loop, labels=plan["labels"], label_self_check=checks,
-                                 label_cache=label_cache)
+                                 label_cache=label_cache, proxies=int(plan.get("proxies") or 0),
+                                 gate=plan.get("gate") or "upper")
             folder = OutputDir(out / attack, force=True)
             with folder:
                 result = job.run_to(folder, None, {"checkpoint": task["checkpoint"], "update": task["update"]})
             label_out = label_out or result.report["labels"]
-            band, source = result.band()
+            gate = result.report["fail_on_band"]  # the estimated range's end that --gate picks
             verdict = result.report["evidence"]["verdict"]
-            attacks.append({"attack": attack, "band": band, "band_source": source, "confidence": verdict.get("confidence"),
+            attacks.append({"attack": attack, "band": gate["band"], "band_source": gate["source_kind"],
+                            "band_point": gate.get("point"), "band_range": gate.get("range"),
+                            "confidence": verdict.get("confidence"),
                             "p_higher": verdict.get("p_higher"), "distance": result.report["attack"]["distance"],
                             "grid": f"{attack}/grid.png" if result.images.shape[0] else None,
                             "report": f"{attack}/report.html"})

@@ -7,8 +7,10 @@ from typing import Any
 import torch
 
 from fedaudit.metrics import ssim as ssim_mod
+from fedaudit.metrics.band import METHOD as BAND_METHOD
+from fedaudit.metrics.band import mean_interval, measured_band
+from fedaudit.metrics.blank import BLANKS, blank_baseline
 from fedaudit.metrics.blank import METHOD as BLANK_METHOD
-from fedaudit.metrics.blank import blank_baseline
 from fedaudit.metrics.identification import METHOD as IDENT_METHOD
 from fedaudit.metrics.identification import identify, judge_net
 from fedaudit.metrics.lpips import load_lpips, lpips_distance
@@ -16,14 +18,15 @@ from fedaudit.metrics.matching import BEST_MATCH_METHOD, best_match, match
 from fedaudit.metrics.matching import METHOD as MATCHING_METHOD
 from fedaudit.metrics.psnr import psnr
 from fedaudit.metrics.risk import SOURCE as RISK_SOURCE
-from fedaudit.metrics.risk import risk_band, worst_band
+from fedaudit.metrics.risk import risk_band
 
 
-def _stats(values: torch.Tensor | None) -> dict[str, float] | None:
+def _stats(values: torch.Tensor | None, seed: int = 0) -> dict[str, Any] | None:
     if values is None or values.numel() == 0:
         return None
     v = values.double()
-    return {"mean": float(v.mean()), "std": float(v.std(unbiased=False)), "min": float(v.min()), "max": float(v.max())}
+    return {"mean": float(v.mean()), "std": float(v.std(unbiased=False)), "min": float(v.min()), "max": float(v.max()),
+            "mean_interval": mean_interval(v, seed)}
 
 
 def _best_match_summary(recon: torch.Tensor, truth: torch.Tensor) -> dict[str, Any]:
@@ -34,10 +37,17 @@ def _best_match_summary(recon: torch.Tensor, truth: torch.Tensor) -> dict[str, A
             "distinct_reconstructions": len({r for _, r in pairs})}
 
 
+def _blank_psnr(truth: torch.Tensor) -> torch.Tensor:
+    """Per image, the higher PSNR of a constant image (black, mid-gray) against it: that image's blank floor."""
+    return torch.stack([psnr(torch.full_like(truth, v), truth) for v in BLANKS.values()]).max(0).values
+
+
 def evaluate_images(recon: torch.Tensor, truth: torch.Tensor, lpips_net: str = "vgg",
-                    lpips_weights: str | None = None, attacked_arch: str | None = None) -> dict[str, Any]:
-    """Per-image and summary metrics. The risk band is the worse of the PSNR band (mean PSNR over the matched
-    truth images) and the identification band (fedaudit/metrics/identification.py)."""
+                    lpips_weights: str | None = None, attacked_arch: str | None = None,
+                    init: torch.Tensor | None = None, seed: int = 0) -> dict[str, Any]:
+    """Per-image and summary metrics, and the measured band as a point and a range (fedaudit/metrics/band.py):
+    PSNR against the blank floor and identification against its nulls (``init``: the attack's starting images,
+    one of the nulls; ``seed``: the bootstrap's)."""
     pairs = match(recon, truth)
     t_idx = torch.tensor([t for t, _ in pairs])
     r_idx = torch.tensor([r for _, r in pairs])
@@ -47,27 +57,37 @@ def evaluate_images(recon: torch.Tensor, truth: torch.Tensor, lpips_net: str = "
     lp = lpips_distance(lp_model, a, b)
     blank = blank_baseline(truth)
     judge = judge_net(attacked_arch, lpips_net)
-    ident = identify(recon, truth, pairs, judge, lpips_weights if judge == lpips_net else None)
-    found = {row["recon_index"]: row["identified"] for row in ident.get("per_image", [])}
-    rows = [
-        {"truth_index": int(t), "recon_index": int(r), "psnr": float(p[i]), "ssim": float(s[i]),
-         "lpips": None if lp is None else float(lp[i]), "identified": found.get(int(r)),
-         "risk_band": risk_band(float(p[i]))}
-        for i, (t, r) in enumerate(pairs)
-    ]
+    ident = identify(recon, truth, pairs, judge, lpips_weights if judge == lpips_net else None, init=init)
+    found = {row["recon_index"]: row for row in ident.get("per_image", [])}
+    floor = _blank_psnr(b)
+    rows = []
+    for i, (t, r) in enumerate(pairs):
+        judged = found.get(int(r)) or {}
+        rows.append({"truth_index": int(t), "recon_index": int(r), "psnr": float(p[i]), "blank_psnr": float(floor[i]),
+                     "above_floor": float(p[i] - floor[i]), "ssim": float(s[i]),
+                     "lpips": None if lp is None else float(lp[i]), "identified": judged.get("identified"),
+                     "identification_rank": judged.get("rank"), "identification_margin": judged.get("margin"),
+                     "firm": judged.get("firm"), "possible": judged.get("possible"),
+                     "risk_band": risk_band(float(p[i]))})
     psnr_band = risk_band(float(p.double().mean()))
+    measured = measured_band(p, floor, ident, seed)
     return {
         "per_image": rows,
-        "summary": {"psnr": _stats(p), "ssim": _stats(s), "lpips": _stats(lp)},
+        "summary": {"psnr": _stats(p, seed), "ssim": _stats(s, seed), "lpips": _stats(lp, seed)},
         # FedLeak's protocol (repeats allowed), for comparison with the paper's tables only; the risk
         # band and --fail-on use the one-to-one numbers above.
         "paper_best_match": _best_match_summary(recon, truth),
         # What a constant image scores here: a mean PSNR at or below it shows nothing the metric can see.
         "blank_baseline": blank,
-        "psnr_above_blank": float(p.double().mean()) - blank["floor"]["psnr"],
+        # mean over images of PSNR minus that image's own blank floor (the higher of black and mid-gray on it): the
+        # floor the band reads; blank_baseline's batch-level floor can sit lower (dark and bright images mixed)
+        "psnr_above_blank": measured["psnr"]["above_floor"],
         "identification": ident,
+        # FedLeak's band of the mean PSNR as the paper reads it (no floor, no interval), for its tables only
         "risk_band_psnr": psnr_band,
-        "risk_band": worst_band([psnr_band, ident.get("band")]) or psnr_band,
+        "risk_band": measured["band"],
+        "risk_band_range": measured["range"],
+        "band": measured,
         "worst_image_risk_band": risk_band(float(p.max())),
         "conventions": {
             "psnr": "per image on [0,1] (data range 1), then averaged; MSE floored at 1e-10 (100 dB)",
@@ -76,8 +96,10 @@ def evaluate_images(recon: torch.Tensor, truth: torch.Tensor, lpips_net: str = "
             "matching": MATCHING_METHOD,
             "paper_best_match": BEST_MATCH_METHOD,
             "blank_baseline": BLANK_METHOD,
-            "risk_bands": RISK_SOURCE + "; the band is the worse of that and the identification band "
-                          "(identified >= 25% medium, >= 50% high, >= 75% very high)",
+            "risk_bands": RISK_SOURCE + "; counted above the blank floor only; the band is the worse of that and the "
+                          "identification band (identified >= 25% medium, >= 50% high, >= 75% very high) where "
+                          "beyond chance of its nulls (docs/metrics.md, The measured band)",
+            "band": BAND_METHOD,
             "identification": IDENT_METHOD,
         },
     }

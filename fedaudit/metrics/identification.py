@@ -14,6 +14,7 @@ judge is not the network the attack optimised through. Without LPIPS weights the
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any
 
 import torch
@@ -24,7 +25,9 @@ from fedaudit.metrics.lpips import load_lpips, lpips_features, lpips_pairwise
 DISTRACTORS = 64
 METHOD = ("nearest original by LPIPS among the batch's originals and public distractors (CIFAR-100 test images, "
           "photograph crops); identified when it is the reconstruction's own and the reconstruction is closer to it "
-          "than a blank image (black or mid-gray) is")
+          "than a blank image (black or mid-gray) is; firm when that holds under every one-pixel shift of the "
+          "reconstruction, possible when under any; null references (the attack's initialisation, a blank, the batch "
+          "mean) read the same way, identified when their nearest candidate is the original")
 # identification rate -> band (a reviewer who recognises a quarter of a batch has seen private images)
 THRESHOLDS = {"medium": 0.25, "high": 0.5, "very_high": 0.75}
 
@@ -66,32 +69,80 @@ def _not_in_batch(distractors: torch.Tensor, truth: torch.Tensor) -> torch.Tenso
     return keep
 
 
+SHIFTS = ((1, 0), (-1, 0), (0, 1), (0, -1))  # one pixel right, left, down, up: a change no viewer would notice
+
+
+def shifted(x: torch.Tensor, dx: int, dy: int) -> torch.Tensor:
+    """``x`` [N,C,H,W] moved by (dx, dy) pixels, the vacated border filled by replicating the edge."""
+    pad = torch.nn.functional.pad(x, (1, 1, 1, 1), mode="replicate")
+    h, w = x.shape[-2:]
+    return pad[..., 1 - dy:1 - dy + h, 1 - dx:1 - dx + w]
+
+
+def _judge(d: torch.Tensor, t: int) -> tuple[int, float]:
+    """(rank of candidate ``t`` by LPIPS distance ``d`` [candidates]: 1 = nearest, margin = nearest other - own)."""
+    others = torch.cat([d[:t], d[t + 1:]])
+    return 1 + int((others < d[t]).sum()), float(others.min() - d[t]) if len(others) else math.inf
+
+
 def identify(recon: torch.Tensor, truth: torch.Tensor, pairs: list[tuple[int, int]], net: str = "vgg",
-             weights: str | None = None, distractors: int = DISTRACTORS) -> dict[str, Any]:
-    """Per matched pair (truth index, recon index): whether the reconstruction's nearest candidate is its original."""
+             weights: str | None = None, distractors: int = DISTRACTORS,
+             init: torch.Tensor | None = None) -> dict[str, Any]:
+    """Per matched pair (truth index, recon index): the rank of (and LPIPS margin to) the reconstruction's own
+    original among the candidates, whether it is identified, firmly (under every one-pixel shift too) or possibly
+    (under at least one), and the same reading of the null references: the attack's initialisation ``init`` (when
+    given), a blank (the nearer of black and mid-gray) and the batch mean (B >= 2: at B = 1 it is the original)."""
     lp = load_lpips(net, weights)
     if lp.model is None:
         return {"rate": None, "reason": lp.reason, "net": net, "method": METHOD}
-    own = lpips_features(lp, truth.float().cpu())
+    truth = truth.float().cpu()
+    own = lpips_features(lp, truth)
     images, others = _distractors(net, weights, distractors, tuple(truth.shape[1:]))
-    keep = _not_in_batch(images, truth.float().cpu())
+    keep = _not_in_batch(images, truth)
     distractors = int(keep.sum())
     candidates = [torch.cat([a, b[keep]]) for a, b in zip(own, others)]
-    d = lpips_pairwise(lp, recon.float().cpu(), candidates)
+    x = recon.float().cpu()
+    d = lpips_pairwise(lp, x, candidates)
+    moved = [lpips_pairwise(lp, shifted(x, dx, dy), candidates) for dx, dy in SHIFTS]
     # the blank control: a constant image's LPIPS to each original (the lower of black and mid-gray)
     blanks = torch.stack([torch.full(truth.shape[1:], v) for v in (0.0, 0.5)])
-    floor = lpips_pairwise(lp, blanks, own)
-    assert d is not None and floor is not None
-    floor = floor.min(0).values
+    d_blank = lpips_pairwise(lp, blanks, candidates)
+    assert d is not None and d_blank is not None and all(m is not None for m in moved)
+    floor, which = d_blank[:, :truth.shape[0]].min(0)
+    recon_of = {t: r for t, r in pairs}
+    # each null reference's LPIPS distances to the candidates, per truth index t (row t stands in for t's reconstruction)
+    nulls: dict[str, dict[int, torch.Tensor]] = {"blank": {t: d_blank[int(which[t])] for t in recon_of}}
+    if init is not None and init.shape == recon.shape:
+        d_init = lpips_pairwise(lp, init.float().cpu(), candidates)
+        assert d_init is not None
+        nulls["initialisation"] = {t: d_init[r] for t, r in recon_of.items()}
+    if truth.shape[0] >= 2:
+        d_mean = lpips_pairwise(lp, truth.mean(0, keepdim=True), candidates)
+        assert d_mean is not None
+        nulls["batch_mean"] = {t: d_mean[0] for t in recon_of}
     n_candidates = truth.shape[0] + distractors
     rows = []
+    null_counts = {name: 0 for name in nulls}
     for t, r in pairs:
-        nearest = int(d[r].argmin())
+        rank, margin = _judge(d[r], t)
         beats_blank = bool(d[r, t] < floor[t])
-        rows.append({"truth_index": t, "recon_index": r, "identified": nearest == t and beats_blank,
-                     "nearest_candidate": nearest, "nearest_is_distractor": nearest >= truth.shape[0],
-                     "lpips_to_own": float(d[r, t]), "blank_lpips_to_own": float(floor[t]), "beats_blank": beats_blank})
-    rate = sum(row["identified"] for row in rows) / max(len(rows), 1)
-    return {"rate": rate, "identified": sum(row["identified"] for row in rows), "of": len(rows),
+        identified = rank == 1 and beats_blank
+        under_shift = [_judge(m[r], t)[0] == 1 and bool(m[r, t] < floor[t]) for m in moved if m is not None]
+        row: dict[str, Any] = {
+            "truth_index": t, "recon_index": r, "identified": identified, "rank": rank, "margin": margin,
+            "firm": identified and all(under_shift), "possible": identified or any(under_shift),
+            "nearest_candidate": int(d[r].argmin()), "nearest_is_distractor": int(d[r].argmin()) >= truth.shape[0],
+            "lpips_to_own": float(d[r, t]), "blank_lpips_to_own": float(floor[t]), "beats_blank": beats_blank,
+            "nulls": {}}
+        for name, nd in nulls.items():
+            null_rank, null_margin = _judge(nd[t], t)
+            row["nulls"][name] = {"rank": null_rank, "margin": null_margin}
+            null_counts[name] += null_rank == 1
+        rows.append(row)
+    k = sum(row["identified"] for row in rows)
+    rate = k / max(len(rows), 1)
+    return {"rate": rate, "identified": k, "of": len(rows), "firm": sum(row["firm"] for row in rows),
+            "possible": sum(row["possible"] for row in rows),
+            "nulls": {name: {"identified": c, "of": len(rows)} for name, c in null_counts.items()},
             "band": identification_band(rate), "chance": 1 / n_candidates, "candidates": n_candidates,
             "distractors": distractors, "net": net, "backbone_source": lp.source, "per_image": rows, "method": METHOD}

@@ -26,3 +26,15 @@ def worst_band(bands: Iterable[str | None]) -> str | None:
 def at_or_above(band: str, threshold: str) -> bool:
     """``--fail-on`` test: is ``band`` at least as risky as ``threshold``?"""
     return BANDS.index(band) >= BANDS.index(threshold)
+
+
+GATES = ("upper", "point", "lower")  # which end of a band range --fail-on tests; upper first: the default
+
+
+def gated(point: str, band_range: list[str] | None, gate: str) -> str:
+    """The band ``--gate`` picks from a point and its [lower, upper] range (the point when there is no range)."""
+    if gate not in GATES:
+        raise ValueError(f"gate must be one of {', '.join(GATES)}, got {gate!r}")
+    if gate == "point" or not band_range:
+        return point
+    return band_range[0] if gate == "lower" else band_range[1]

@@ -37,15 +37,73 @@ def _estimated(verdict: dict[str, Any], measured: str | None) -> str:
         return f"<h2>Estimated leakage risk: none</h2><p>{e(str(verdict.get('why')))}</p>"
     band = verdict["band"]
     side = (f" &middot; measured against the truth: <span class='band {e(measured)}'>{e(_band(measured))}</span>"
-            f" (<code>--fail-on</code> uses the measured band)" if measured else
-            " (no truth given: <code>--fail-on</code> uses this estimated band)")
-    return (f"<h2>Estimated leakage risk (no truth needed): <span class='band {e(band)}'>{e(_band(band))}</span>{side}</h2>"
+            f" (<code>--fail-on</code> uses the measured range)" if measured else
+            " (no truth given: <code>--fail-on</code> uses this estimated range)")
+    return (f"<h2>Estimated leakage risk (no truth needed): <span class='band {e(band)}'>{e(_band(band))}</span>, range"
+            f"{_range(verdict.get('range'))}{side}</h2>"
             f"<p>Confidence {_num(verdict.get('confidence'))} that the true band is this one; probability it is higher "
             f"{_num(verdict.get('p_higher'))}. Source: {e(str(verdict.get('source')))}"
             + (f"; predicted band-equivalent PSNR {_num(verdict.get('predicted_psnr'))} dB (rule {e(str(verdict.get('rule')))}"
                f", +{_num(verdict.get('margin_db'))} dB safety margin)" if "predicted_psnr" in verdict else
                f": {e(str(verdict.get('why', '')))}") + ".</p>"
             + "".join(f"<p class='band medium'>caveat: {e(c)}</p>" for c in verdict.get("caveats", [])))
+
+
+def _range(band_range: list[str] | None) -> str:
+    if not band_range:
+        return ""
+    lo, hi = band_range
+    return (f" <span class='band {escape(lo)}'>{escape(_band(lo))}</span> .. "
+            f"<span class='band {escape(hi)}'>{escape(_band(hi))}</span>")
+
+
+def _headline(report: dict[str, Any]) -> str:
+    """The one verdict a reviewer reads first: the band, its range, where it comes from and how to read it."""
+    e = escape
+    gate = report.get("fail_on_band") or {}
+    if not gate.get("point"):
+        return ""
+    kind = gate.get("source_kind")
+    source = ("measured against the truth" if kind == "measured" else
+              f"estimated without the truth ({(report.get('evidence') or {}).get('verdict', {}).get('source')})")
+    return (f"<h2>Leakage risk: <span class='band {e(gate['point'])}'>{e(_band(gate['point']))}</span>, range"
+            f"{_range(gate.get('range'))} &middot; {e(source)}</h2>"
+            "<p>How to read it: the first band is what the evidence supports; the range is how sure that is (the "
+            "lower end is established, the upper end is what cannot be ruled out). A narrow range is a firm verdict, a "
+            f"wide one says measure more (more images, proxies or restarts). {e(gate.get('line') or '')}.</p>")
+
+
+def _proxies(proxies: dict[str, Any], pngs: list[bytes]) -> str:
+    """The proxy batches the estimate was calibrated on: what each measured, and its truth-above-result grid."""
+    e = escape
+    rows = proxies.get("measured") or []
+    if not rows and not proxies.get("not_applicable"):
+        return ""
+    parts = ["<h2>Proxy batches</h2>"]
+    if proxies.get("not_applicable"):
+        parts.append(f"<p>Uncalibrated: {e(str(proxies['not_applicable']))}; the estimate is the frozen rule's.</p>")
+    if rows:
+        recipe = proxies.get("recipe") or {}
+        parts.append(f"<p>The same attack on {len(rows)} batches of public images ({e(str(proxies.get('source')))}), "
+                     f"captured through the same checkpoint with this update's recipe ({e(str(recipe.get('kind')))}, "
+                     f"B = {e(str(recipe.get('batch_size')))}, K = {e(str(recipe.get('local_steps')))}, defenses: "
+                     f"{e(', '.join(recipe.get('defenses') or []) or 'none')}) and measured against their own images."
+                     "</p><table><tr><th>proxy</th><th class='l'>measured</th><th class='l'>range</th><th>PSNR</th>"
+                     "<th>vs blank floor</th><th>identified</th><th>rule score (dB)</th><th class='l'>images</th></tr>")
+        for i, row in enumerate(rows):
+            img = f"<img class='px' src='{_uri(pngs[i])}'>" if i < len(pngs) else ""
+            m = row["measured"]
+            parts.append(f"<tr><td>{row['index']}</td><td class='l'><span class='band {e(m['band'])}'>{e(_band(m['band']))}"
+                         f"</span></td><td class='l'>{_range(m['range'])}</td><td>{_num(row.get('psnr'))}</td>"
+                         f"<td>{_num(row.get('above_floor'))}</td><td>{_num(row.get('identified'))} of "
+                         f"{_num(row.get('of'))}</td><td>{_num(row.get('score_db'))}</td><td class='l'>{img}</td></tr>")
+        parts.append("</table>")
+    parts += [f"<p class='band medium'>warning: {e(w)}</p>" for w in proxies.get("warnings", [])]
+    return "".join(parts)
+
+
+def _yes_no(v: Any) -> str:
+    return "n/a" if v is None else ("yes" if v else "no")
 
 
 def _labels_summary(labels: dict[str, Any]) -> str:
@@ -66,13 +124,15 @@ def _labels_summary(labels: dict[str, Any]) -> str:
     return "".join(parts)
 
 
-def render_html(report: dict[str, Any], grid_png: bytes | None, image_pngs: list[bytes]) -> str:
+def render_html(report: dict[str, Any], grid_png: bytes | None, image_pngs: list[bytes],
+                proxy_pngs: list[bytes] | None = None) -> str:
     e = escape
     title = f"fedaudit {report.get('command', '')} report"
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{e(title)}</title><style>{_CSS}</style>"
              f"</head><body><h1>{e(title)}</h1>"]
     parts.append(f"<p>status: <b>{e(str(report.get('status')))}</b> &middot; created {e(str(report.get('created_at')))}"
                  f" &middot; fedaudit {e(str(report.get('tool', {}).get('version')))}</p>")
+    parts.append(_headline(report))
     metrics = report.get("metrics") or {}
     image_metrics = "per_image" in metrics
     attack = report.get("attack") if isinstance(report.get("attack"), dict) else {}
@@ -83,7 +143,9 @@ def render_html(report: dict[str, Any], grid_png: bytes | None, image_pngs: list
         parts.append(_estimated(verdict, metrics.get("risk_band") if image_metrics else None))
     if image_metrics:
         band = metrics.get("risk_band", "")
-        parts.append(f"<h2>Leakage risk: <span class='band {e(band)}'>{e(_band(band))}</span></h2>"
+        measured = metrics.get("band") or {}
+        parts.append(f"<h2>Measured leakage risk: <span class='band {e(band)}'>{e(_band(band))}</span>, range"
+                     f"{_range(metrics.get('risk_band_range'))}</h2><p>{e(str(measured.get('why', '')))}.</p>"
                      f"<p>{e(metrics['conventions']['risk_bands'])}; worst single image: "
                      f"{e(_band(metrics.get('worst_image_risk_band', '')))}</p>")
         parts.append("<table><tr><th class='l'>metric</th><th>mean</th><th>std</th><th>min</th><th>max</th></tr>")
@@ -104,11 +166,12 @@ def render_html(report: dict[str, Any], grid_png: bytes | None, image_pngs: list
             parts.append(f"<p>Identification: not computed ({e(str(ident.get('reason')))}).</p>")
         blank = metrics.get("blank_baseline")
         if blank:
-            above = metrics["summary"]["psnr"]["mean"] - blank["floor"]["psnr"]
+            above = metrics["psnr_above_blank"]
             verdict = "above" if above > 0 else "not above"
             parts.append(f"<p>Blank-image floor: an all-{e(blank['floor']['image'])} image scores PSNR "
                          f"{_num(blank['floor']['psnr'])}, SSIM {_num(blank['floor']['ssim'])} against these images; "
-                         f"the reconstructions are {verdict} it ({above:+.2f} dB).</p>")
+                         f"against each image's own floor (the better of black and mid-gray on it) the "
+                         f"reconstructions are {verdict} it ({above:+.2f} dB on average).</p>")
         best = metrics.get("paper_best_match")
         if best and best.get("psnr"):
             parts.append(f"<p>For comparison with FedLeak's tables ({e(metrics['conventions'].get('paper_best_match', ''))}): "
@@ -131,17 +194,22 @@ def render_html(report: dict[str, Any], grid_png: bytes | None, image_pngs: list
         features = {k: v for k, v in metrics["features"].items() if k != "pairs"}
         parts.append(f"<h2>Feature recovery (vs truth)</h2><pre>{e(json.dumps(features, indent=2))}</pre>")
     if image_metrics:
-        parts.append("<h2>Per image</h2><table><tr><th>truth</th><th>recon</th><th>image</th><th>PSNR</th><th>SSIM</th>"
-                     "<th>LPIPS</th><th>identified</th><th class='l'>band</th></tr>")
+        parts.append("<h2>Per image</h2><table><tr><th>truth</th><th>recon</th><th>image</th><th>PSNR</th>"
+                     "<th>vs blank</th><th>SSIM</th><th>LPIPS</th><th>identified</th><th>firm</th><th>possible</th>"
+                     "<th>rank</th><th>LPIPS margin</th><th class='l'>band</th></tr>")
         for row in metrics["per_image"]:
             r = row["recon_index"]
             img = f"<img class='px' width=64 src='{_uri(image_pngs[r])}'>" if r < len(image_pngs) else ""
             parts.append(f"<tr><td>{row['truth_index']}</td><td>{r}</td><td>{img}</td><td>{_num(row['psnr'])}</td>"
-                         f"<td>{_num(row['ssim'])}</td><td>{_num(row['lpips'])}</td><td>{_num(row.get('identified'))}</td>"
+                         f"<td>{_num(row.get('above_floor'))}</td><td>{_num(row['ssim'])}</td><td>{_num(row['lpips'])}</td>"
+                         f"<td>{_yes_no(row.get('identified'))}</td><td>{_yes_no(row.get('firm'))}</td>"
+                         f"<td>{_yes_no(row.get('possible'))}</td><td>{_num(row.get('identification_rank'))}</td>"
+                         f"<td>{_num(row.get('identification_margin'))}</td>"
                          f"<td class='l'>{e(_band(row['risk_band']))}</td></tr>")
         parts.append("</table>")
     if report.get("evidence"):
-        shown = {k: v for k, v in report["evidence"].items() if k != "verdict"}
+        parts.append(_proxies(report["evidence"].get("proxies") or {}, proxy_pngs or []))
+        shown = {k: v for k, v in report["evidence"].items() if k not in ("verdict", "proxies")}
         parts.append(f"<h2>Truth-free evidence</h2><pre>{e(json.dumps(shown, indent=2, default=str))}</pre>")
     if report.get("labels"):
         parts.append("<h2>Labels</h2>" + _labels_summary(report["labels"])

@@ -28,8 +28,13 @@ def _grid_rows(recon: torch.Tensor, truth: torch.Tensor | None, pairs: list[tupl
     return rows
 
 
+def comparison_grid(recon: torch.Tensor, truth: torch.Tensor | None, pairs: list[tuple[int, int]] | None) -> bytes:
+    """The PNG of the truth-above-reconstruction grid (reconstructions alone without truth)."""
+    return png_bytes(grid(_grid_rows(recon, truth, pairs)))
+
+
 def write_report(out: OutputDir, report: dict[str, Any], recon: torch.Tensor, truth: torch.Tensor | None = None,
-                 prefix: str = "") -> Path | None:
+                 prefix: str = "", proxy_pngs: list[bytes] | None = None) -> Path | None:
     """Write everything into ``out`` and commit it; ``report['metrics']`` (if any) supplies the matching.
     With ``prefix`` (a sub-folder, e.g. one audit cell) the files go there and the caller commits."""
     pngs = [png_bytes(img) for img in recon]
@@ -38,9 +43,9 @@ def write_report(out: OutputDir, report: dict[str, Any], recon: torch.Tensor, tr
     pairs = [(row["truth_index"], row["recon_index"]) for row in metrics["per_image"]] if "per_image" in metrics else None
     grid_png = None
     if recon.shape[0]:  # an attack may stop before images (RGLA without an inverter)
-        grid_png = png_bytes(grid(_grid_rows(recon, truth, pairs)))
+        grid_png = comparison_grid(recon, truth, pairs)
         report["grid"] = out.write_bytes(f"{prefix}grid.png", grid_png)
     report["html"] = "report.html"
     out.write_text(f"{prefix}report.json", dumps_json(report))
-    out.write_text(f"{prefix}report.html", render_html(report, grid_png, pngs))
+    out.write_text(f"{prefix}report.html", render_html(report, grid_png, pngs, proxy_pngs))
     return None if prefix else out.commit()

@@ -11,6 +11,12 @@
    fitting runs subject to at most 3% under-reports.
 3. ``confidence``: on the fitting runs given this estimate, the share whose measured band was the same;
    ``p_higher``: the share whose measured band was higher (an under-report); both Laplace-smoothed.
+4. ``range``: the bands of the score +- 1.645 residual standard deviations (the fit's ``residual_std_db``).
+
+This rule is the *uncalibrated* estimate: by default a run places itself among proxy batches captured through the
+same checkpoint with the update's recipe (fedaudit/verdict/calibrated.py), and the rule is what is left when there
+are none (``--proxies 0``, or no public images of the input's shape). Out of its grid it under-reported 29% of runs
+(docs/results/verdict.md).
 
 Fitted by ``benchmarks/verdict.py --fit`` on runs whose truth is known, then frozen here (``FIT``); the
 calibration on held-out runs (other images) is in docs/results/verdict.md.
@@ -87,6 +93,16 @@ def band_of(value: float, cuts: list[float]) -> str:
     return BANDS[sum(value >= c for c in cuts)]
 
 
+RANGE_Z = 1.6448536269514722  # the rule's range: its score +- this many residual standard deviations (90%, 95% one-sided)
+
+
+def rule_range(value: float, fit: dict[str, Any] | None = None) -> list[str]:
+    """[lower, upper] band of the rule's score widened by its residual spread on the fitting runs."""
+    fit = fit or FIT
+    spread = RANGE_Z * fit["residual_std_db"]
+    return [band_of(value - spread, fit["cuts"]), band_of(value + spread, fit["cuts"])]
+
+
 def reliability(band: str, fit: dict[str, Any] | None = None) -> tuple[float, float]:
     """(confidence, p_higher) of an estimate ``band`` from the fitting runs' table, Laplace-smoothed."""
     row = (fit or FIT)["table"][band]
@@ -114,15 +130,16 @@ def _estimate(evidence: dict[str, Any], fit: dict[str, Any] | None = None) -> di
     fit = fit or FIT
     analytic = (evidence.get("channels") or {}).get("analytic_input") or {}
     if analytic.get("exact"):
-        return {"band": "very_high", "confidence": 0.99, "p_higher": 0.0, "source": "analytic input recovery",
+        return {"band": "very_high", "range": ["very_high", "very_high"], "confidence": 0.99, "p_higher": 0.0,
+                "source": "analytic input recovery",
                 "why": "a linear first layer gives the input in closed form, every row agreeing"}
     x = features(evidence)
     if x is None:
-        return {"band": None, "confidence": None, "p_higher": None, "source": None,
+        return {"band": None, "range": None, "confidence": None, "p_higher": None, "source": None,
                 "why": "no reconstructed images to judge"}
     value = score(x, fit)
     band = band_of(value, fit["cuts"])
     confidence, p_higher = reliability(band, fit)
-    return {"band": band, "confidence": round(confidence, 3), "p_higher": round(p_higher, 3),
-            "score_db": round(value, 2), "cuts_db": fit["cuts"], "features": x,
-            "source": "estimated from evidence (rule fitted on benchmark runs, docs/results/verdict.md)"}
+    return {"band": band, "range": rule_range(value, fit), "confidence": round(confidence, 3),
+            "p_higher": round(p_higher, 3), "score_db": round(value, 2), "cuts_db": fit["cuts"], "features": x,
+            "source": "uncalibrated rule (fitted on benchmark runs, docs/results/verdict.md)"}

@@ -29,17 +29,14 @@ from typing import Any
 
 import torch
 
-from fedaudit.client.capture import CaptureConfig, capture_update
-from fedaudit.conversion import optimizer_terms
-from fedaudit.defenses.chain import apply_chain, defended_threat_model
 from fedaudit.errors import InputError, NotApplicable
-from fedaudit.io.truth import Truth
 from fedaudit.labels import LABEL_METHODS
 from fedaudit.labels.base import LabelResult, samples_in_update
 from fedaudit.metrics.label_floor import uniform_floor
 from fedaudit.metrics.labels import label_metrics
 from fedaudit.session import Aux, Session
 from fedaudit.threat_model import ThreatModel
+from fedaudit.verdict.simulated_client import recipe, recorded_chain, simulated_client
 
 # ``near_guess``'s rule, chosen on 30 clients (BN ConvNet, DLG LeNet, ResNet-10; trials 3-4; checked on all 34 of those
 # trials once the last 4 finished) and held out on 18 others
@@ -65,38 +62,6 @@ def split_aux(aux: Aux, classes: int) -> tuple[list[torch.Tensor], Aux]:
     return pools, Aux(aux.images[kept], labels[kept], aux.kind, aux.normalized)
 
 
-def _config(tm: ThreatModel) -> CaptureConfig:
-    """The update's training recipe, as ``capture`` takes it."""
-    meta, steps = tm.meta, tm.meta.local_steps
-    momentum, wd = optimizer_terms(meta)
-    kind = meta.kind if not meta.defenses else ("gradient" if steps == 1 else "delta")  # defended: re-applied below
-    return CaptureConfig(batch_size=int(tm.batch_size or 0), local_steps=steps, lr=meta.local_lr, kind=kind,
-                         reduction=meta.reduction or "mean", delta_sign=meta.delta_sign or "local_minus_global",
-                         bn_mode="train" if tm.train_bn else "eval", momentum=momentum, weight_decay=wd,
-                         withhold=tuple(tm.absent), include_buffers=bool(tm.client_buffers),
-                         source={"self_check": True})
-
-
-def _recorded_chain(tm: ThreatModel) -> list[tuple[str, dict[str, Any]]] | None:
-    """The defenses the update records, as (name, options) to re-apply; None where a record lacks its name."""
-    chain = [(str(r["name"]), dict(r.get("options") or {})) for r in tm.meta.defenses if isinstance(r, dict) and "name" in r]
-    return chain if len(chain) == len(tm.meta.defenses) else None
-
-
-def _simulated_client(tm: ThreatModel, session: Session, images: torch.Tensor, labels: torch.Tensor,
-                      cfg: CaptureConfig, chain: list[tuple[str, dict[str, Any]]], seed: int) -> ThreatModel:
-    """The server's view of a client that trained on ``images``/``labels`` with ``cfg`` and then went through the
-    defenses ``chain`` (their noise drawn with ``seed``: each simulated client its own draw)."""
-    dev = next(tm.model.parameters()).device
-    cap = capture_update(tm.model, tm.spec, images.to(dev), labels.to(dev), cfg)
-    sim = ThreatModel.from_tensors(tm.checkpoint, cap.tensors, cap.meta)
-    if not chain:
-        return sim
-    batch = Truth(images.to(dev), labels.to(dev), cap.step, [str(i) for i in range(len(labels))])
-    grads, records = apply_chain(sim, chain, session.replace(seed=seed), batch)
-    return defended_threat_model(sim, grads, records)
-
-
 def why_not(tm: ThreatModel, session: Session, result: LabelResult, method: str) -> str | None:
     """Why the self-check cannot run on this reading, or None."""
     if not LABEL_METHODS.get(method).counts_capable:
@@ -108,7 +73,7 @@ def why_not(tm: ThreatModel, session: Session, result: LabelResult, method: str)
         return "the update does not record its batch size"
     if tm.meta.local_steps > 1 and not tm.meta.local_lr:
         return "the update does not record its local learning rate"
-    if _recorded_chain(tm) is None:
+    if recorded_chain(tm) is None:
         return "the update records defenses without their names and options"
     if int(result.counts_int.sum()) != samples_in_update(tm):
         return "the reading's counts do not add up to the update's samples"
@@ -133,11 +98,11 @@ def self_check(tm: ThreatModel, session: Session, method: str, options: dict[str
     pools, method_aux = split_aux(aux, c)
     sub = session.replace(aux=method_aux)
     try:
-        cfg = _config(tm)
+        cfg = recipe(tm)
     except InputError as e:
         return {"clients": 0, "not_applicable": str(e)}
     cls = LABEL_METHODS.get(method)
-    chain = _recorded_chain(tm) or []  # why_not checked every record names its defense
+    chain = recorded_chain(tm) or []  # why_not checked every record names its defense
     reading = result.counts_int.long().cpu()
     total = int(reading.sum())
     simulable = torch.unique(aux.labels.long().cpu())
@@ -154,7 +119,7 @@ def self_check(tm: ThreatModel, session: Session, method: str, options: dict[str
                 labels = simulable[torch.randint(len(simulable), (total,), generator=g)]
             t0 = time.perf_counter()
             try:
-                sim = _simulated_client(tm, session, aux.images[_draw(labels, pools, g)], labels, cfg, chain, seed)
+                sim, _ = simulated_client(tm, session, aux.images[_draw(labels, pools, g)], labels, cfg, chain, seed)
                 cls.check_applicable(sim, sub)
                 got = cls(options).run(sim, sub)
             except (InputError, NotApplicable, ValueError, RuntimeError) as e:  # say why, do not guess

@@ -33,7 +33,7 @@ PARAMS = params(
          "after one step with the defended vs the true update.", default=None),
     flag("eval_labels", Optional[str], "Labels of --eval-images: '3,1,...' or 'names'.", default=None),
     flag("eval_lr", Optional[float], "Step size of that one step (default: the update's local lr, else 0.1).", default=None),
-    "fail_on", "lpips_net", "lpips_weights", "seed", "device", "force", "quiet", "allow_custom_arch", "ignore_base_mismatch",
+    "fail_on", "gate", "lpips_net", "lpips_weights", "seed", "device", "force", "quiet", "allow_custom_arch", "ignore_base_mismatch",
 )
 
 
@@ -41,7 +41,9 @@ def _cell_line(c: dict) -> str:
     psnr = c["psnr"] if c["psnr"] is None else round(c["psnr"], 2)
     check = c.get("label_self_check") or {}
     near = ", labels near a guess (self-check): the band may under-report" if check.get("near_guess") else ""
-    return f"{c['defense']} x {c['attack']}: PSNR {psnr}, risk {c['risk_band']}{near}"
+    band_range = c.get("risk_band_range")
+    shown = f" [{band_range[0]} .. {band_range[1]}]" if band_range else ""
+    return f"{c['defense']} x {c['attack']}: PSNR {psnr}, risk {c['risk_band']}{shown}{near}"
 
 
 def audit(**kw) -> None:
@@ -61,20 +63,22 @@ def audit(**kw) -> None:
         tm = session.load_threat_model(kw["checkpoint"], kw["update"], AuxSource(kw["aux"], kw["aux_labels"], kw["dummy"], 1000, False))
         ev_x, ev_y = eval_set(kw["eval_images"], kw["eval_labels"], tm)
         job = AuditJob(session, tm, load_truth(kw["truth"]), rows, attack_names, per_attack, kw["iterations"], kw["restarts"],
-                       kw["labels"], ev_x, ev_y, kw["eval_lr"], self_check=kw["self_check"])
+                       kw["labels"], ev_x, ev_y, kw["eval_lr"], self_check=kw["self_check"], gate=kw["gate"].value)
         info_line(f"audit: {len(rows)} defense rows x {len(attack_names)} attacks on {tm.spec.arch}, B={tm.batch_size}",
                   session.quiet)
         inputs = {k: kw[k] for k in ("checkpoint", "update", "truth", "eval_images")}
         doc = job.run_to(outdir, inputs, on_cell=lambda c: info_line(_cell_line(c), session.quiet))
     emit_json({"out": str(kw["out"]), "status": doc["status"], "worst_risk_band": doc["worst_risk_band"],
-               "cells": [{k: c.get(k) for k in ("defense", "attack", "psnr", "ssim", "risk_band", "risk_band_estimated",
+               "worst_band_for_fail_on": doc["worst_band_for_fail_on"], "gate": doc["gate"],
+               "cells": [{k: c.get(k) for k in ("defense", "attack", "psnr", "ssim", "risk_band", "risk_band_range",
+                                                "band_for_fail_on", "risk_band_estimated",
                                                 "label_insacc", "label_insacc_floor", "label_self_check", "error")}
                          for c in doc["cells"]]})
     if doc["status"] == "interrupted":
         info_line("interrupted: the cells finished so far were written", session.quiet)
         raise typer.Exit(EXIT_INTERRUPTED)
-    if doc["worst_risk_band"]:
-        fail_exit(doc["worst_risk_band"], kw["fail_on"].value, session.quiet)
+    if doc["worst_band_for_fail_on"]:
+        fail_exit(doc["worst_band_for_fail_on"], kw["fail_on"].value, session.quiet, f"measured, {doc['gate']} end of a cell's range")
     if doc["status"] == "incomplete":  # --fail-on never passes over a cell that did not run
         error_line(f"audit incomplete: {len(doc['failed'])} planned rows/cells did not run ({'; '.join(doc['failed'])}); "
                    "the finished cells are in audit.json")

@@ -29,7 +29,7 @@ PARAMS = [
     flag("ray", bool, "Run each client as a task on a local Ray (pip install 'fedaudit[ray]').", default=False),
     flag("ray_address", Optional[str], "Run on the Ray cluster at this address ('auto': the local 'ray start').", default=None),
     flag("gpus_per_task", float, "GPUs each Ray task asks for.", default=0.0),
-    *params("aux_labels", "self_check", "fail_on", "lpips_net", "lpips_weights", "seed", "device", "quiet", "allow_custom_arch"),
+    *params("aux_labels", "self_check", "proxies", "fail_on", "gate", "lpips_net", "lpips_weights", "seed", "device", "quiet", "allow_custom_arch"),
 ]
 
 
@@ -44,7 +44,8 @@ def audit_round(**kw) -> None:
     plan = RoundPlan(attacks, kw["labels"], kw["iterations"], kw["restarts"], str(kw["aux"]) if kw["aux"] else None,
                      kw["dummy"], kw["batch_size"], kw["seed"], kw["device"], kw["lpips_net"].value,
                      str(kw["lpips_weights"]) if kw["lpips_weights"] else None, kw["allow_custom_arch"],
-                     kw["threads"] or (1 if parallel else None), kw["aux_labels"], kw["self_check"])
+                     kw["threads"] or (1 if parallel else None), kw["aux_labels"], kw["self_check"],
+                     kw["proxies"], kw["gate"].value)
     job = RoundAudit(kw["round_dir"], kw["out"], plan, kw["jobs"], kw["ray"], kw["ray_address"], kw["gpus_per_task"])
 
     def line(row: dict) -> None:
@@ -65,7 +66,7 @@ def audit_round(**kw) -> None:
         info_line("interrupted: finished clients are kept; run the same command again to resume", kw["quiet"])
         raise typer.Exit(EXIT_INTERRUPTED)
     if doc["worst_band"]:
-        fail_exit(doc["worst_band"], kw["fail_on"].value, kw["quiet"], "estimated")
+        fail_exit(doc["worst_band"], kw["fail_on"].value, kw["quiet"], f"estimated, {kw['gate'].value} end of a client's range")
     if doc["errors"]:
         codes = {r["exit"] for r in doc["errors"]}
         error_line(f"{len(doc['errors'])} client(s) could not be audited: "

@@ -12,7 +12,7 @@ from fedaudit.cli.console import emit_json, info_line
 from fedaudit.cli.errors import fail_exit
 from fedaudit.cli.shared import P, aux_source, flag, params, session_from
 from fedaudit.cli.subcommands import method_subcommands
-from fedaudit.errors import EXIT_INTERRUPTED
+from fedaudit.errors import EXIT_INTERRUPTED, InputError
 
 _OWN = {p.name: p for p in [
     flag("out", Path, "Report folder to create.", "--out", "-o"),
@@ -37,9 +37,9 @@ def _loop_params(defaults: dict) -> list[P]:
 
 def _params(info: MethodInfo) -> list[P]:
     return (params("checkpoint", "update", _OWN["out"], _OWN["labels"], _OWN["labels_file"], "aux", "aux_labels", "dummy",
-                   "num_dummy", "resize", "batch_size", _OWN["truth"], "self_check")
+                   "num_dummy", "resize", "batch_size", _OWN["truth"], "self_check", "proxies")
             + _loop_params(info.defaults)
-            + params(_OWN["multi_step"], _OWN["checkpoint_every"], _OWN["checkpoint_file"], _OWN["resume"], "fail_on",
+            + params(_OWN["multi_step"], _OWN["checkpoint_every"], _OWN["checkpoint_file"], _OWN["resume"], "fail_on", "gate",
                      "lpips_net", "lpips_weights", "seed", "device", "force", "quiet", "allow_custom_arch",
                      "ignore_base_mismatch"))
 
@@ -53,6 +53,8 @@ def _reconstruct(cls, options: dict, kw: dict) -> None:
     name = cls.name
     loop = {o.name: kw[o.name.replace("-", "_")] for o in LOOP_OPTIONS}
     cls.loop_settings(loop)  # bad loop settings are refused before anything is read
+    if kw["proxies"] < 0:
+        raise InputError(f"--proxies must be >= 0, got {kw['proxies']}")
     session = session_from(kw)
     outdir = OutputDir(kw["out"], force=session.force)
     with outdir:
@@ -64,7 +66,7 @@ def _reconstruct(cls, options: dict, kw: dict) -> None:
                              label_self_check=kw["self_check"],
                              multi_step=kw["multi_step"], checkpoint_every=kw["checkpoint_every"],
                              checkpoint_path=kw["checkpoint_file"] or Path(f"{kw['out']}.checkpoint.safetensors"),
-                             resume=kw["resume"])
+                             resume=kw["resume"], proxies=kw["proxies"], gate=kw["gate"].value)
         inputs = {"checkpoint": kw["checkpoint"], "update": kw["update"], "truth": kw["truth"],
                   "labels_file": kw["labels_file"], "resume": kw["resume"]}
         result = job.run_to(outdir, truth, inputs)
@@ -77,9 +79,9 @@ def _reconstruct(cls, options: dict, kw: dict) -> None:
     if result.interrupted:
         info_line("interrupted: the best reconstruction so far and a partial report were written", session.quiet)
         raise typer.Exit(EXIT_INTERRUPTED)
-    band, source = result.band()  # measured with --truth, else estimated (the report and the JSON say which)
-    if band:
-        fail_exit(band, kw["fail_on"].value, session.quiet, source or "measured")
+    gate = result.report["fail_on_band"]  # measured with --truth, else estimated, at the --gate end (its line says)
+    if gate["band"]:
+        fail_exit(gate["band"], kw["fail_on"].value, session.quiet, f"{gate['source_kind']}, {gate['gate']} end")
 
 
 def register(app) -> None:

@@ -9,7 +9,7 @@ import typer
 
 from fedaudit.cli.console import emit_json, info_line
 from fedaudit.cli.errors import fail_exit, handle_errors
-from fedaudit.cli.options import FailOn, FailOnOpt, ForceOpt, LpipsNet, LpipsNetOpt, LpipsWeightsOpt, QuietOpt
+from fedaudit.cli.options import FailOn, FailOnOpt, ForceOpt, Gate, GateOpt, LpipsNet, LpipsNetOpt, LpipsWeightsOpt, QuietOpt
 from fedaudit.cli.shared import session_from
 
 
@@ -21,6 +21,7 @@ def register(app) -> None:
         truth: Annotated[Path, typer.Option("--truth", "-t", help="Ground-truth file written by 'fedaudit capture --truth-out'.", show_default=False)],
         out: Annotated[Path, typer.Option("--out", "-o", help="Report folder to create.", show_default=False)],
         fail_on: FailOnOpt = FailOn.never,
+        gate: GateOpt = Gate.UPPER,
         lpips_net: LpipsNetOpt = LpipsNet.vgg,
         lpips_weights: LpipsWeightsOpt = None,
         force: ForceOpt = False,
@@ -33,9 +34,12 @@ def register(app) -> None:
         session = session_from(locals())
         outdir = OutputDir(out, force=force)
         with outdir:
-            report = ScoreJob(session, recon, truth).run_to(outdir, {"fail_on": fail_on.value})
+            report = ScoreJob(session, recon, truth, gate.value).run_to(outdir, {"fail_on": fail_on.value})
         m = report["metrics"]
+        lo, hi = m["risk_band_range"]
         info_line(f"PSNR {m['summary']['psnr']['mean']:.2f} dB, SSIM {m['summary']['ssim']['mean']:.3f}, "
-                  f"risk {m['risk_band']} -> {out}/report.html", quiet)
+                  f"risk {m['risk_band']} [{lo} .. {hi}] -> {out}/report.html", quiet)
+        info_line(f"measured: {m['band']['why']}", quiet)
+        info_line(report["fail_on_band"]["line"], quiet)
         emit_json(ScoreJob.summary(out, report))
-        fail_exit(m["risk_band"], fail_on.value, quiet)
+        fail_exit(report["fail_on_band"]["band"], fail_on.value, quiet, f"measured, {gate.value} end")

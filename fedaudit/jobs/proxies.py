@@ -1,0 +1,102 @@
+"""Proxy batches: the audit's own case, measured on public images, to calibrate the truth-free verdict.
+
+For ``--proxies P``: P batches of public images shaped like the model's input (``--aux`` images when given, else the
+offline sets, fedaudit/data/public.py), each as many images as the update mixes, labelled with the labels the real
+run used (so every proxy has the real batch's label multiset), captured through the same checkpoint with the update's
+recipe and re-applied defenses (fedaudit/verdict/simulated_client.py), attacked by the same job (attack, options,
+budget, restarts, multi-step mode) with those labels given, and measured against their known images. The real run's
+estimate is then placed among them (fedaudit/verdict/calibrated.py). Cost: P more runs of the attack.
+
+A proxy that fails to capture or to run is a warning in the report, not a failure of the audit.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from fedaudit.data.public import public_images
+from fedaudit.errors import InputError, NotApplicable, RuntimeFailure
+from fedaudit.verdict.simulated_client import recipe, recorded_chain, simulated_client
+
+if TYPE_CHECKING:
+    from fedaudit.jobs.reconstruct import ReconstructJob
+
+DEFAULT = 3  # proxies per run: docs/results/verdict.md
+
+
+def pool(job: ReconstructJob) -> tuple[torch.Tensor | None, str]:
+    """The images proxies are drawn from and where they come from, or (None, why there are none)."""
+    aux = job.session.aux
+    shape = tuple(job.tm.spec.input_shape)
+    if aux is not None and aux.kind == "images" and tuple(aux.images.shape[1:]) == shape:
+        return aux.images.float().cpu(), "--aux images"
+    return public_images(shape)
+
+
+def run_proxies(job: ReconstructJob, labels: list[int], count: int) -> dict[str, Any]:
+    """Run ``count`` proxies of ``job`` with ``labels``; ``{"proxies": [records], "warnings": [...], ...}``."""
+    from fedaudit.jobs.reconstruct import ReconstructJob
+
+    t0 = time.perf_counter()
+    images, source = pool(job)
+    if images is None:
+        return {"requested": count, "proxies": [], "not_applicable": f"no proxies: {source}"}
+    tm, session = job.tm, job.session
+    chain = recorded_chain(tm)
+    if chain is None:
+        return {"requested": count, "proxies": [], "not_applicable": "no proxies: the update records defenses "
+                                                                       "without their names and options"}
+    try:
+        cfg = recipe(tm)
+    except InputError as e:
+        return {"requested": count, "proxies": [], "not_applicable": f"no proxies: {e}"}
+    y = torch.as_tensor(labels, dtype=torch.long)
+    n = len(y)
+    quiet = session.replace(quiet=True)
+    records: list[dict[str, Any]] = []
+    warnings: list[str] = []
+    interrupted = False
+    for j in range(count):
+        seed = 1_000_033 * (session.seed + 1) + j
+        g = torch.Generator().manual_seed(seed)
+        rounds = -(-n // len(images))
+        pick = torch.cat([torch.randperm(len(images), generator=g) for _ in range(rounds)])[:n]
+        t1 = time.perf_counter()
+        try:
+            sim, truth = simulated_client(tm, session, images[pick], y, cfg, chain, seed)
+            proxy = ReconstructJob(quiet, sim, job.attack, job.options, job.loop, given_labels=labels,
+                                   multi_step=job.multi_step, proxies=0)
+            result = proxy.run(truth)
+        except (InputError, NotApplicable, RuntimeFailure, ValueError, RuntimeError) as e:
+            warnings.append(f"proxy {j} could not be measured: {e}")
+            continue
+        except KeyboardInterrupt:  # the real run is finished: keep it, and calibrate on the proxies done so far
+            interrupted = True
+            break
+        if result.interrupted:
+            interrupted = True
+            break
+        m = result.report.get("metrics") or {}
+        rule = (result.report.get("evidence") or {}).get("verdict") or {}
+        if "band" not in m:
+            warnings.append(f"proxy {j} gave no images to measure")
+            continue
+        ident = m.get("identification") or {}
+        records.append({"index": j, "measured": {"band": m["band"]["band"], "range": m["band"]["range"]},
+                        "score_db": rule.get("score_db"), "rule_band": rule.get("band"),
+                        "psnr": m["summary"]["psnr"]["mean"], "above_floor": m["psnr_above_blank"],
+                        "identified": ident.get("identified"), "of": ident.get("of"),
+                        "seconds": round(time.perf_counter() - t1, 3),
+                        "update": {"kind": sim.meta.kind, "batch_size": sim.batch_size, "local_steps": sim.meta.local_steps,
+                                   "local_lr": sim.meta.local_lr, "defenses": [d.get("name") for d in sim.meta.defenses]},
+                        "images": result.images, "truth": truth.images, "pairs": [
+                            (r["truth_index"], r["recon_index"]) for r in m["per_image"]]})
+    if interrupted:
+        warnings.append(f"interrupted after {len(records)} of {count} proxies: the estimate is calibrated on those")
+    return {"requested": count, "proxies": records, "warnings": warnings, "source": source, "interrupted": interrupted,
+            "recipe": {"kind": cfg.resolved_kind(), "batch_size": cfg.batch_size, "local_steps": cfg.local_steps,
+                       "lr": cfg.lr, "bn_mode": cfg.bn_mode, "defenses": [name for name, _ in chain]},
+            "seconds": round(time.perf_counter() - t0, 3)}

@@ -1,0 +1,112 @@
+"""The measured band as an interval (fedaudit/metrics/band.py) and the identification judge it reads."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fedaudit.metrics.band import beyond_chance, mean_interval, measured_band, wilson
+from fedaudit.metrics.evaluate import evaluate_images
+from fedaudit.metrics.identification import shifted
+from fedaudit.metrics.risk import gated
+
+from .helpers import load_sample
+
+
+def ident(identified: int, of: int, firm: int, possible: int, null: int = 0, candidates: int = 65) -> dict:
+    """An identify() result with these counts (every image's flags in order: the firm ones first)."""
+    rows = [{"identified": i < identified, "firm": i < firm, "possible": i < possible} for i in range(of)]
+    return {"rate": identified / of, "identified": identified, "of": of, "firm": firm, "possible": possible,
+            "chance": 1 / candidates, "nulls": {"blank": {"identified": null, "of": of}}, "per_image": rows}
+
+
+def test_wilson_matches_its_closed_form_values():
+    lo, hi = wilson(5, 10)
+    assert lo == pytest.approx(0.2366, abs=1e-4) and hi == pytest.approx(0.7634, abs=1e-4)
+    assert wilson(0, 10)[0] == 0.0 and wilson(0, 10)[1] == pytest.approx(0.2775, abs=1e-4)
+    assert wilson(1, 1)[0] == pytest.approx(0.2065, abs=1e-4)
+
+
+def test_one_identification_is_beyond_chance_only_with_a_batch_to_back_it():
+    assert beyond_chance(1, 1, 0, 1 / 65) == pytest.approx(0.25)  # the null's 0 of 1 read as (0 + 1/2) / 2
+    assert beyond_chance(12, 16, 0, 1 / 80) < 1e-6
+    assert beyond_chance(3, 4, 3, 1 / 68) > 0.5  # the nulls were identified as often
+
+
+def test_one_identification_at_b1_below_the_floor_is_a_wide_range_not_very_high():
+    # judged identified, but not under every one-pixel shift: a small margin
+    band = measured_band(torch.tensor([9.6]), torch.tensor([10.7]), ident(1, 1, firm=0, possible=1))
+    assert band["band"] == "low"
+    assert band["range"] == ["low", "very_high"] and band["width"] >= 2
+    assert band["identification"]["beyond_chance"] is False
+
+
+def test_below_the_floor_within_chance_of_its_nulls_is_never_above_medium():
+    band = measured_band(torch.tensor([12.0, 12.5, 11.0, 12.2]), torch.tensor([12.6, 12.9, 12.0, 12.4]),
+                         ident(1, 4, firm=1, possible=1, null=1))
+    assert band["band"] == "low" and band["psnr"]["band"] == "low"  # 12 dB is 'medium' to FedLeak's table alone
+
+
+def test_a_firm_identification_of_most_of_a_batch_is_claimed_with_its_interval():
+    psnr = torch.full((16,), 13.0)
+    band = measured_band(psnr, psnr - 1, ident(12, 16, firm=12, possible=13))
+    assert band["band"] == "very_high"  # 75% identified, beyond the nulls' chance
+    assert band["range"] == ["high", "very_high"]  # Wilson's lower bound on 12 of 16 is 0.51
+
+
+def test_two_copies_a_tenth_of_a_db_apart_get_the_same_band():
+    """The audit that measured prune:0.5 'very high' and the undefended run 'medium' at 14.1 vs 14.2 dB: at B = 1 one
+    identification is not beyond chance, so the point is PSNR's for both."""
+    undefended = measured_band(torch.tensor([14.2]), torch.tensor([11.0]), ident(0, 1, 0, 0))
+    pruned = measured_band(torch.tensor([14.1]), torch.tensor([11.0]), ident(1, 1, 1, 1))
+    assert undefended["band"] == pruned["band"] == "medium"
+    assert pruned["range"][1] == "very_high"  # what cannot be ruled out stays visible at the upper end
+
+
+def test_the_psnr_interval_is_a_bootstrap_over_images_and_repeatable():
+    values = torch.tensor([10.0, 12.0, 14.0, 30.0])
+    lo, hi = mean_interval(values)
+    assert 10.0 <= lo < float(values.mean()) < hi <= 30.0
+    assert mean_interval(values) == [lo, hi]
+    assert mean_interval(torch.tensor([15.0])) == [15.0, 15.0]  # one image: the batch is measured exactly
+    band = measured_band(values, torch.full((4,), 11.0), None)
+    # one 30 dB image carries the mean: without it a resample sits at the 11 dB floor, with it twice above 20 dB
+    assert band["band"] == "high" and band["range"] == ["low", "very_high"]
+
+
+def test_the_gate_picks_an_end_of_the_range():
+    assert gated("medium", ["low", "high"], "upper") == "high"
+    assert gated("medium", ["low", "high"], "lower") == "low"
+    assert gated("medium", ["low", "high"], "point") == "medium"
+    assert gated("medium", None, "upper") == "medium"
+    with pytest.raises(ValueError):
+        gated("medium", ["low", "high"], "middle")
+
+
+def test_a_shift_moves_the_image_by_one_pixel_and_replicates_the_edge():
+    x = torch.arange(16.0).view(1, 1, 4, 4)
+    right = shifted(x, 1, 0)
+    assert torch.equal(right[..., 1:], x[..., :-1]) and torch.equal(right[..., 0], x[..., 0])
+    down = shifted(x, 0, 1)
+    assert torch.equal(down[..., 1:, :], x[..., :-1, :])
+
+
+def test_a_null_reconstruction_is_not_beyond_chance_of_itself():
+    """The attack's initialisation as the reconstruction: whatever the judge says of it, its nulls say the same."""
+    _, truth = load_sample("lenet_b4")
+    noise = torch.rand(truth.images.shape, generator=torch.Generator().manual_seed(0))
+    m = evaluate_images(noise, truth.images, init=noise)
+    ident_part = m["band"]["identification"]
+    assert m["identification"]["nulls"]["initialisation"]["identified"] >= m["identification"]["identified"]
+    assert ident_part["beyond_chance"] is False and m["risk_band"] in ("low", "medium")
+    for row in m["identification"]["per_image"]:
+        assert set(row["nulls"]) == {"blank", "initialisation", "batch_mean"}
+        assert row["firm"] <= row["identified"] <= row["possible"]
+
+
+def test_the_truth_itself_is_firmly_identified_and_very_high():
+    _, truth = load_sample("lenet_b4")
+    m = evaluate_images(truth.images.clone(), truth.images)
+    assert m["identification"]["firm"] == 4 and m["risk_band"] == "very_high"
+    assert m["risk_band_range"] == ["very_high", "very_high"]
+    assert all(row["identification_rank"] == 1 and row["identification_margin"] > 0 for row in m["per_image"])
