@@ -32,6 +32,7 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 from safetensors.torch import save as st_save
@@ -136,7 +137,21 @@ class Hang(BaseException):
 
 
 def _hang(signum, frame):  # noqa: ARG001 - the signal handler's signature
-    raise Hang(f"no exit after {TIME_LIMIT:.0f} s")
+    raise Hang("no exit within the case's time limit")
+
+
+LOAD_FACTOR = 20  # a case's limit: at least TIME_LIMIT, else this many times the baseline command's time
+
+
+def measured_limit(runner: CliRunner) -> tuple[float, float]:
+    """(the per-case time limit, the baseline it was scaled from): the baseline is one ``inspect`` of a sample
+    timed on this machine now, so a loaded machine (where start-up alone once passed 30 s) gets a longer limit."""
+    ckpt = SAMPLES / "lenet_b1" / "checkpoint.safetensors"
+    t0 = time.perf_counter()
+    runner.invoke(app, ["inspect", str(ckpt), str(SAMPLES / "lenet_b1" / "update.safetensors"), "-q"],
+                  env={"NO_COLOR": "1"})
+    baseline = time.perf_counter() - t0
+    return max(TIME_LIMIT, LOAD_FACTOR * baseline), baseline
 
 
 # What each case mutates: (target, weight in the full run, in the fast CI sample).
@@ -187,8 +202,9 @@ def _arguments(target: str, sample: str, case: Path, rng: random.Random, fast: b
                   "-o", out + ".safetensors", "--truth-out", out + ".truth.safetensors"]
 
 
-def run_case(runner: CliRunner, seed: int, workdir: Path, fast: bool = False) -> dict:
-    """One fuzz case; the result says whether it kept the contract. ``fast``: the cheap commands on LeNet only."""
+def run_case(runner: CliRunner, seed: int, workdir: Path, fast: bool = False, limit: float = TIME_LIMIT) -> dict:
+    """One fuzz case; the result says whether it kept the contract. ``fast``: the cheap commands on LeNet only. A
+    case still running after ``limit`` seconds is stopped and recorded as a failure row; the run goes on."""
     rng = random.Random(seed)
     sample = rng.choice(["lenet_b1", "lenet_b4", "lenet_fedavg_k3"] + ([] if fast else ["convnet_b8_repeated"]))
     names = [t[0] for t in TARGETS]
@@ -199,20 +215,22 @@ def run_case(runner: CliRunner, seed: int, workdir: Path, fast: bool = False) ->
     command = args[:2] if args[0] in ("labels", "reconstruct", "defend", "import") else args[:1]
     t0 = time.perf_counter()
     signal.signal(signal.SIGALRM, _hang)
-    signal.alarm(int(TIME_LIMIT))  # a hang becomes a recorded failure instead of stopping the run
+    signal.setitimer(signal.ITIMER_REAL, limit)  # a hang becomes a recorded failure instead of stopping the run
     try:
-        result = runner.invoke(app, [*args, "-q"], env={"NO_COLOR": "1", "COLUMNS": "120"})
+        result = runner.invoke(app, [*args, "-q"], env={"NO_COLOR": "1", "COLUMNS": "120", "FEDAUDIT_PROXIES": "0"})
+    except Hang as exc:  # CliRunner catches Exception only: the alarm's BaseException reaches here
+        result = SimpleNamespace(exit_code=None, exception=exc, stderr="")
     finally:
-        signal.alarm(0)
+        signal.setitimer(signal.ITIMER_REAL, 0)
     seconds = time.perf_counter() - t0
     stderr = result.stderr if hasattr(result, "stderr") else ""
     leftovers = [p.name for p in case.rglob("*") if p.name.endswith((".tmp", ".partial")) or ".partial" in p.name]
     problems = []
     code = result.exit_code
-    if code not in (0, 1, 2):
+    if code not in (0, 1, 2) and code is not None:
         problems.append(f"exit {code}")
     if isinstance(result.exception, Hang):
-        problems.append(f"hang: {result.exception}")
+        problems.append(f"hang: no exit within {limit:.3g} s")
     elif result.exception is not None and not isinstance(result.exception, SystemExit):
         problems.append(f"exception {type(result.exception).__name__}: {result.exception}")
     if "Traceback" in stderr:
@@ -221,7 +239,7 @@ def run_case(runner: CliRunner, seed: int, workdir: Path, fast: bool = False) ->
         problems.append("not one line on stderr")
     if leftovers:
         problems.append(f"partial files {leftovers}")
-    if seconds > TIME_LIMIT:
+    if seconds > limit and not isinstance(result.exception, Hang):
         problems.append(f"took {seconds:.0f} s")
     return {"seed": seed, "sample": sample, "target": target, "mutation": what, "command": " ".join(command[:2]),
             "exit": code, "seconds": round(seconds, 3), "problems": problems,
@@ -235,9 +253,11 @@ def fuzz(cases: int, seed: int = 0, fast: bool = False, start: int = 0, log: Pat
         runner = CliRunner()
     torch.set_num_threads(1)
     rows = []
+    limit, baseline = measured_limit(runner)
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(start, start + cases):
-            rows.append(run_case(runner, seed * 1_000_003 + i, Path(tmp), fast))
+            rows.append({**run_case(runner, seed * 1_000_003 + i, Path(tmp), fast, limit), "limit_s": round(limit, 1),
+                         "baseline_s": round(baseline, 3)})
             if log is not None:  # one row per line as it finishes: a killed run keeps what it found
                 with log.open("a") as fh:
                     fh.write(json.dumps(rows[-1]) + "\n")
@@ -258,6 +278,8 @@ def summary(rows: list[dict], seconds: float, seed: int) -> str:
                                       f"({', '.join(f'exit {k}: {v}' for k, v in sorted(Counter(r['exit'] for r in rows if r['target'] == t).items()))})"
                                       for t, _, _ in TARGETS),
              "By command: " + ", ".join(f"{c} {n}" for c, n in Counter(r["command"] for r in rows).most_common()),
+             f"Per-case limit: {rows[0].get('limit_s', TIME_LIMIT)} s (at least {TIME_LIMIT:.0f} s, else {LOAD_FACTOR} x "
+             f"a baseline `inspect` timed at the start: {rows[0].get('baseline_s', 'n/a')} s)",
              f"Cases breaking the contract: {len(failing)}", ""]
     for kind, r in first.items():
         lines.append(f"- first '{kind}': seed {r['seed']}, {r['sample']} {r['target']}, {r['mutation']}, "

@@ -221,6 +221,10 @@ def load_threat_model(checkpoint_path: str | Path, update_path: str | Path, *, b
         raise InputError(f"update {str(update_path)!r} was recorded against checkpoint sha256 "
                          f"{upd.meta.base_checkpoint_sha256[:12]}..., not {ckpt.sha256[:12]}... "
                          "(pass --ignore-base-mismatch to audit anyway)")
-    return ThreatModel.from_tensors(ckpt, upd.tensors, upd.meta, update_path=upd.path, update_sha256=upd.sha256,
-                                    raw_metadata=upd.raw_metadata, batch_size=batch_size,
-                                    batch_size_mode=batch_size_mode, allow_nonfinite=allow_nonfinite)
+    tm = ThreatModel.from_tensors(ckpt, upd.tensors, upd.meta, update_path=upd.path, update_sha256=upd.sha256,
+                                  raw_metadata=upd.raw_metadata, batch_size=batch_size,
+                                  batch_size_mode=batch_size_mode, allow_nonfinite=allow_nonfinite)
+    if not allow_nonfinite and all(not bool(g.any()) for g in tm.gradient.values()):  # every cosine would be 0 / 0
+        raise InputError(f"update {str(update_path)!r}: every parameter's update is zero: the client uploaded no "
+                         "change, so there is nothing to attack or measure")
+    return tm

@@ -140,3 +140,17 @@ def test_a_round_self_checks_each_clients_labels(cli, tmp_path, aux):
     assert len(checks) == 2 and all(0 <= c["InsAcc"] <= 1 and 0 <= c["floor"] <= 1 for c in checks), checks
     assert [c["label_self_check"] for c in doc["clients"]] == checks  # the JSON on stdout carries it too
     assert "label self-check:" in (tmp_path / "out" / "audit_round.html").read_text()
+
+
+def test_client_file_names_become_safe_folders(cli, tmp_path, aux):
+    """A client file named '...safetensors' made a client '..' that wrote its report into OUT itself."""
+    make_round(tmp_path / "round", clients=1, corrupt=False)
+    clients = tmp_path / "round" / "clients"
+    only = next(clients.glob("*.safetensors"))
+    only.rename(clients / "...safetensors")
+    doc, res = _run(cli, tmp_path / "round", tmp_path / "out", aux, "--attacks", "none", expect=0)
+    (name,) = [r["client"] for r in doc["clients"]]
+    assert name.startswith("_.") and "/" not in name
+    folder = tmp_path / "out" / "clients" / name
+    assert (folder / "result.json").exists()
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["audit_round.html", "audit_round.json", "clients"]

@@ -43,6 +43,11 @@ class Gate(str, Enum):  # members upper-case: str already has .upper()/.lower()
     LOWER = "lower"
 
 
+class TruthMismatch(str, Enum):
+    error = "error"
+    warn = "warn"
+
+
 class LpipsNet(str, Enum):
     vgg = "vgg"
     alex = "alex"
@@ -69,3 +74,6 @@ ProxiesOpt = Annotated[int, typer.Option("--proxies", envvar="FEDAUDIT_PROXIES",
     "the update's recipe and attacked the same way; costs that many more attack runs. 0: the uncalibrated rule."))]
 LpipsNetOpt = Annotated[LpipsNet, typer.Option("--lpips-net", help="LPIPS backbone (vgg is the meaningful one at 32x32).")]
 LpipsWeightsOpt = Annotated[Optional[Path], typer.Option("--lpips-weights", help="LPIPS model file from 'fedaudit lpips-export'.")]
+TruthMismatchOpt = Annotated[TruthMismatch, typer.Option("--truth-mismatch", help=(
+    "When --truth records another update's sha256: error (exit 2; a mismatched truth would measure 'low') or warn "
+    "(measure anyway, the report says so)."))]

@@ -25,6 +25,8 @@ from fedaudit.cli.options import (
     ProxiesOpt,
     QuietOpt,
     SeedOpt,
+    TruthMismatch,
+    TruthMismatchOpt,
     UpdateArg,
 )
 
@@ -65,6 +67,7 @@ PARAMS: dict[str, P] = {p.name: p for p in [
     _kw("output", None, OutputOpt),
     _kw("fail_on", FailOn.never, FailOnOpt),
     _kw("gate", Gate.UPPER, GateOpt),
+    _kw("truth_mismatch", TruthMismatch.error, TruthMismatchOpt),
     _kw("proxies", 3, ProxiesOpt),
     _kw("lpips_net", LpipsNet.vgg, LpipsNetOpt),
     _kw("lpips_weights", None, LpipsWeightsOpt),

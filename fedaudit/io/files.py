@@ -5,9 +5,12 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
+import re
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors import SafetensorError, safe_open
@@ -26,12 +29,23 @@ def sha256_file(path: str | Path) -> str:
     return h.hexdigest()
 
 
+def path_component(text: str) -> str:
+    """``text`` as one safe file-name component: characters outside [A-Za-z0-9_.=-] become '_', and a leading dot
+    does too, so no name becomes '.', '..' or a hidden file, and none holds a separator."""
+    name = re.sub(r"[^A-Za-z0-9_.=-]+", "_", text) or "_"
+    return "_" + name[1:] if name.startswith(".") else name
+
+
 def check_readable(path: str | Path, what: str) -> Path:
+    """``path`` as a Path when it is a readable regular file (symlinks followed); else one clear InputError. Every
+    input fedaudit opens goes through here first, so nothing blocks on a FIFO or a device."""
     p = Path(path)
     if not p.exists():
         raise InputError(f"{what} {str(p)!r} does not exist")
     if p.is_dir():
         raise InputError(f"{what} {str(p)!r} is a directory, expected a file")
+    if not p.is_file():  # a FIFO, socket or device: opening it can block forever, and it is no recorded file
+        raise InputError(f"{what} {str(p)!r} is not a regular file (a FIFO, socket or device?); fedaudit reads files")
     if not os.access(p, os.R_OK):
         raise InputError(f"{what} {str(p)!r} is not readable")
     return p
@@ -111,6 +125,28 @@ def write_safetensors(path: str | Path, tensors: dict[str, torch.Tensor], metada
     return atomic_write_bytes(path, safetensors_bytes(tensors, metadata))
 
 
-def dumps_json(obj) -> str:
-    """JSON text for reports: non-finite floats are an error (JSON has no NaN/Infinity)."""
-    return json.dumps(obj, indent=2, allow_nan=False, sort_keys=False) + "\n"
+def finite_json(obj: Any) -> Any:
+    """``obj`` with every non-finite float (NaN, +-Infinity, which JSON cannot hold) replaced by null; when there were
+    any and ``obj`` is a dict, its ``non_finite`` lists their JSON paths (``$.a.b[2]``), so a reader sees which
+    numbers could not be computed instead of a crash or an invalid file."""
+    found: list[str] = []
+
+    def walk(value: Any, path: str) -> Any:
+        if isinstance(value, float) and not math.isfinite(value):
+            found.append(path)
+            return None
+        if isinstance(value, dict):
+            return {k: walk(v, f"{path}.{k}") for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [walk(v, f"{path}[{i}]") for i, v in enumerate(value)]
+        return value
+
+    clean = walk(obj, "$")
+    if found and isinstance(clean, dict):
+        clean["non_finite"] = found
+    return clean
+
+
+def dumps_json(obj: Any) -> str:
+    """JSON text for every report and result fedaudit writes, by ``finite_json``'s rule for NaN and Infinity."""
+    return json.dumps(finite_json(obj), indent=2, allow_nan=False, sort_keys=False) + "\n"

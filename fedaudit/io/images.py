@@ -11,7 +11,7 @@ import torch
 from PIL import Image, UnidentifiedImageError
 
 from fedaudit.errors import InputError
-from fedaudit.io.files import read_safetensors
+from fedaudit.io.files import check_readable, read_safetensors
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
 
@@ -42,6 +42,7 @@ MAX_PIXELS = 64 * 10**6  # an image file above this is refused before decoding (
 
 def _load_file(path: Path, input_shape, resize: bool) -> torch.Tensor:
     c, h, w = input_shape
+    check_readable(path, "image")  # a FIFO or device in a folder of images is refused, never opened
     try:
         with Image.open(path) as src:  # lazy: the size is known before any pixel is decoded
             if src.width * src.height > MAX_PIXELS:

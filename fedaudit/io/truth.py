@@ -54,3 +54,21 @@ def load_truth(path: str | Path) -> Truth:
     if len(names) != x.shape[0]:
         raise InputError(f"{src}: metadata 'names' lists {len(names)} names for {x.shape[0]} images")
     return Truth(x, y.long(), step.long(), [str(n) for n in names], meta.str("update_sha256"))
+
+
+TRUTH_MISMATCH = ("error", "warn")
+
+
+def check_truth(truth: Truth, update_sha256: str | None, policy: str = "error") -> str | None:
+    """Whether ``truth`` was captured with the update under audit: its recorded ``update_sha256`` against the update
+    file's. A truth of another update would measure that update's images against this one's reconstruction and
+    band it "low": an error by default; with ``policy`` "warn" the mismatch is returned as a warning to report."""
+    if policy not in TRUTH_MISMATCH:
+        raise InputError(f"--truth-mismatch must be one of {', '.join(TRUTH_MISMATCH)}, got {policy!r}")
+    if not truth.update_sha256 or not update_sha256 or truth.update_sha256 == update_sha256:
+        return None
+    why = (f"the truth was captured with another update (its recorded sha256 {truth.update_sha256[:12]}..., this "
+           f"update's {update_sha256[:12]}...): its images are not this update's batch")
+    if policy == "error":
+        raise InputError(why + "; pass --truth-mismatch warn to measure against it anyway")
+    return why

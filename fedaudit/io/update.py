@@ -5,6 +5,7 @@ See docs/formats.md. Absent tensors mean "not shared" (restricted sharing); extr
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,9 +75,24 @@ def read_update_meta(meta: Meta) -> UpdateMeta:
         defenses=meta.json("defenses", default=[], kind=list),
         source=_source(meta),
     )
+    _check_optimizer(out.optimizer, meta.source)
     if kind == "gradient" and out.local_steps != 1:
         raise InputError(f"{meta.source}: a kind=gradient update is one step; fedaudit.local_steps is {out.local_steps}")
     return out
+
+
+def _check_optimizer(opt: dict[str, Any], source: str) -> None:
+    """``fedaudit.optimizer``'s momentum in [0, 1) and weight decay finite and >= 0 when given (the gradient conversion,
+    fedaudit/conversion.py, refuses other optimisers by name)."""
+    for key, ok, rule in (("momentum", lambda v: 0 <= v < 1, "in [0, 1)"),
+                          ("weight_decay", lambda v: 0 <= v < math.inf, "finite and >= 0")):
+        value = opt.get(key, 0.0)
+        try:
+            number = float(value or 0.0)
+        except (TypeError, ValueError):
+            raise InputError(f"{source}: metadata fedaudit.optimizer {key} is {value!r}, not a number") from None
+        if not ok(number):  # NaN fails every rule
+            raise InputError(f"{source}: metadata fedaudit.optimizer {key} is {number}; must be {rule}")
 
 
 def _bn_momentum(meta: Meta) -> float | str | None:
@@ -113,4 +129,9 @@ def load_update(path: str | Path) -> RecordedUpdate:
 
 
 def save_update(path: str | Path, tensors: dict[str, torch.Tensor], meta: UpdateMeta) -> Path:
-    return write_safetensors(path, tensors, meta.to_metadata())
+    """Write an update whose metadata fedaudit itself will read back: it is parsed by the reader's own rules
+    (``read_update_meta``) before anything is written, so
+    a NaN learning rate or a momentum of 1.5 is refused here, not by the next command that opens the file."""
+    metadata = meta.to_metadata()
+    read_update_meta(Meta(metadata, f"update {str(path)!r} (not written)"))
+    return write_safetensors(path, tensors, metadata)

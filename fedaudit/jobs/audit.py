@@ -7,7 +7,6 @@ records the image metrics, the label method's InsAcc, the risk band and where it
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,9 +18,9 @@ from fedaudit.attacks import ATTACKS
 from fedaudit.attacks.base import LOOP_OPTIONS
 from fedaudit.defenses.utility import accuracy_after_step
 from fedaudit.errors import FedauditError, InputError, NotApplicable
-from fedaudit.io.files import dumps_json
+from fedaudit.io.files import dumps_json, path_component
 from fedaudit.io.images import load_images, parse_labels
-from fedaudit.io.truth import Truth
+from fedaudit.io.truth import Truth, check_truth
 from fedaudit.jobs.defend import DefendJob, parse_defense
 from fedaudit.jobs.labels import label_check_fields
 from fedaudit.jobs.reconstruct import ReconstructJob
@@ -75,7 +74,7 @@ def check_plan(attacks: list[str], labels: str | None, iterations: int | None, r
 
 
 def slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.=-]+", "_", text)
+    return path_component(text)
 
 
 @dataclass
@@ -94,6 +93,7 @@ class AuditJob:
     eval_lr: float | None = None
     self_check: int = 0  # the label method's self-check, once per defense row (its clients get the row's defenses)
     gate: str = "upper"  # which end of each cell's measured band range --fail-on tests (fedaudit/metrics/risk.py)
+    truth_mismatch: str = "error"  # a truth recorded for another update: error | warn (fedaudit/io/truth.py)
 
     def __post_init__(self) -> None:
         check_plan(self.attacks, self.labels, self.iterations, self.restarts)
@@ -101,6 +101,7 @@ class AuditJob:
     def preflight(self) -> None:
         """Every attack must be able to start on the recorded update (its needs and its label method's), checked
         before any work: a plan that cannot run is an input error, not a matrix of failed cells."""
+        check_truth(self.truth, self.tm.update.sha256, self.truth_mismatch)  # another update's truth: refused first
         reasons = [r for attack in self.attacks for r in self.cell_job(self.tm, attack).why_not()]
         if reasons:
             raise NotApplicable("audit: " + "; ".join(reasons))
@@ -111,7 +112,8 @@ class AuditJob:
         loop = {"iterations": self.iterations, "restarts": self.restarts}
         loop.update({k: given.pop(k) for k in LOOP_KEYS if k in given})
         return ReconstructJob(self.session, tm, attack, given, loop, labels=self.labels,
-                              label_self_check=self.self_check, label_cache=label_cache, gate=self.gate)
+                              label_self_check=self.self_check, label_cache=label_cache, gate=self.gate,
+                              truth_mismatch=self.truth_mismatch)
 
     def run(self, out: OutputDir, on_cell: Callable[[dict], None] | None = None) -> dict[str, Any]:
         """Every cell's report under ``cells/``; returns rows, cells, whether it was interrupted, the worst band."""

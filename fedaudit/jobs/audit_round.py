@@ -14,6 +14,7 @@ still audited.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -22,7 +23,7 @@ from typing import Any
 
 from fedaudit.attacks import ATTACKS
 from fedaudit.errors import InputError
-from fedaudit.io.files import atomic_write_bytes, dumps_json
+from fedaudit.io.files import atomic_write_bytes, dumps_json, path_component
 from fedaudit.jobs.parallel import run_local, run_ray
 from fedaudit.jobs.round_client import finished
 from fedaudit.labels import LABEL_METHODS
@@ -87,7 +88,7 @@ class RoundAudit:
         files = sorted((self.round_dir / "clients").glob("*.safetensors"))
         if not files:
             raise InputError(f"round folder {str(self.round_dir)!r} has no clients/*.safetensors")
-        return [(f.stem, f) for f in files]
+        return client_names(files)
 
     def tasks(self) -> tuple[list[dict[str, Any]], list[str]]:
         """The clients still to audit, and those already finished (whose stored rows are loaded)."""
@@ -151,3 +152,16 @@ class RoundAudit:
         doc = self.summary(status, engine, time.perf_counter() - t0)
         self.write(doc)
         return doc
+
+
+def client_names(files: list[Path]) -> list[tuple[str, Path]]:
+    """Each client file's name for its output folder: the file's stem as a safe path component (a file named
+    '...safetensors' must not make a client '..' that writes into the round's output itself), with a short hash
+    of the original stem where two stems sanitise alike."""
+    names = [path_component(f.stem) for f in files]
+    out = []
+    for name, f in zip(names, files):
+        if names.count(name) > 1 or name != f.stem:
+            name = f"{name}-{hashlib.sha256(f.stem.encode()).hexdigest()[:8]}"
+        out.append((name, f))
+    return out

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fedaudit.channels import bn_statistics
-from fedaudit.io.truth import Truth
+from fedaudit.io.truth import Truth, check_truth
 from fedaudit.labels import LABEL_METHODS
 from fedaudit.labels.base import LabelMethod, LabelResult
 from fedaudit.metrics.label_floor import uniform_floor
@@ -39,6 +39,7 @@ class LabelJob:
     method: str = "auto"
     options: dict[str, Any] | None = None  # as given (names -> values or text); the method fills in its defaults
     self_check: int = 0  # clients simulated with the reading's counts to estimate its accuracy (0: none)
+    truth_mismatch: str = "error"  # a truth recorded for another update: error | warn (fedaudit/io/truth.py)
     instance: LabelMethod = field(init=False)
 
     def __post_init__(self) -> None:
@@ -84,6 +85,7 @@ class LabelJob:
         """The JSON result of ``fedaudit labels``; with ``truth``, InsAcc/ClsAcc/LnAcc/LeAcc against it and the
         uniform-count floor beside them (what an even guess that ignores the update scores)."""
         cls = type(self.instance)
+        mismatch = check_truth(truth, self.tm.update.sha256, self.truth_mismatch) if truth is not None else None
         t0 = time.perf_counter()
         result = self.result()
         elapsed = time.perf_counter() - t0
@@ -115,7 +117,8 @@ class LabelJob:
             evidence["self_check"] = self_check(self.tm, self.session, self.method, self.options, result,
                                                 self.self_check)
         out["evidence"] = evidence
-        out["warnings"] = list(result.warnings) + self.reliability_warnings(result, evidence)
+        mismatched = [mismatch + "; the metrics are not this update's"] if mismatch else []
+        out["warnings"] = list(result.warnings) + self.reliability_warnings(result, evidence) + mismatched
         out["channels"] = {"bn_statistics": bn_statistics.availability(self.tm)}
         out["inputs"] = describe_threat_model_inputs(self.tm)
         return out

@@ -20,7 +20,7 @@ from fedaudit.attacks.run_state import initial_images
 from fedaudit.channels import bn_statistics
 from fedaudit.errors import InputError, RuntimeFailure
 from fedaudit.io.files import read_safetensors, safetensors_bytes
-from fedaudit.io.truth import Truth
+from fedaudit.io.truth import Truth, check_truth
 from fedaudit.jobs.gate import fail_on_band
 from fedaudit.jobs.labels import LabelJob
 from fedaudit.jobs.proxies import run_proxies
@@ -105,6 +105,8 @@ class ReconstructResult:
     def notes(self, out: Path | str) -> list[str]:
         """The lines ``fedaudit reconstruct`` logs on stderr."""
         r, lines = self.report, []
+        if r.get("truth_mismatch"):
+            lines.append(f"warning: {r['truth_mismatch']}; the measured band is not this update's")
         lines += [f"warning: {w}" for w in r["attack"].get("warnings", [])]
         recovered = r["attack"].get("recovered")
         if recovered and recovered.get("images_note"):
@@ -163,6 +165,7 @@ class ReconstructJob:
     multi_step: str = "merged"  # merged: one batch of B*K images (FedLeak); unroll: K simulated local steps
     proxies: int = 0  # proxy batches that calibrate the truth-free estimate (fedaudit/jobs/proxies.py); 0: the rule
     gate: str = "upper"  # which end of the band range --fail-on tests: upper | point | lower
+    truth_mismatch: str = "error"  # a truth recorded for another update: error | warn (fedaudit/io/truth.py)
     checkpoint_every: int = 0
     checkpoint_path: Path | None = None
     resume: Path | None = None
@@ -225,7 +228,7 @@ class ReconstructJob:
         cache = self.label_cache if self.label_cache is not None else {}
         if key not in cache:
             cache[key] = LabelJob(self.session, self.tm, self.label_method, self.label_options,
-                                  self_check=self.label_self_check).run(truth)
+                                  self_check=self.label_self_check, truth_mismatch=self.truth_mismatch).run(truth)
         return cache[key]
 
     def build(self, labels: list[int] | torch.Tensor) -> OptimizationAttack:
@@ -269,6 +272,7 @@ class ReconstructJob:
     def run(self, truth: Truth | None = None, inputs: dict[str, Any] | None = None) -> ReconstructResult:
         """Run the attack; the report carries metrics when ``truth`` is given (only metrics read it)."""
         tm, s = self.tm, self.settings
+        mismatch = check_truth(truth, tm.update.sha256, self.truth_mismatch) if truth is not None else None
         labels, label_report = self.resolve_labels(truth)
         attack = self.build(labels)
         result = self.optimize(attack, labels)
@@ -280,6 +284,8 @@ class ReconstructJob:
             "cuda_graph": s["cuda-graph"], "checkpoint_every": self.checkpoint_every, "lpips_net": self.session.lpips_net},
             seed=self.session.seed, device=str(self.session.device))
         report["status"] = "interrupted" if result.interrupted else "complete"
+        if mismatch:
+            report["truth_mismatch"] = mismatch
         report["threat_model"] = {"arch": tm.spec.arch, "kind": tm.meta.kind, "batch_size": tm.batch_size,
                                   "local_steps": tm.meta.local_steps, "parameters_matched": len(tm.present),
                                   "parameters_withheld": len(tm.absent), "bn_mode": tm.meta.bn_mode}

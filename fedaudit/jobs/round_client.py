@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from fedaudit.errors import EXIT_INPUT, EXIT_RUNTIME, FedauditError
-from fedaudit.io.files import atomic_write_bytes
+from fedaudit.io.files import atomic_write_bytes, dumps_json
 from fedaudit.jobs.labels import LabelJob, label_check_fields
 from fedaudit.jobs.reconstruct import ReconstructJob
 from fedaudit.metrics.risk import worst_band
@@ -89,5 +89,5 @@ def audit_client(task: dict[str, Any]) -> dict[str, Any]:
                    traceback=traceback.format_exc(limit=5))
     row["seconds"] = round(time.perf_counter() - t0, 2)
     if row["status"] == "ok":
-        atomic_write_bytes(Path(task["out"]) / RESULT, (json.dumps(row, indent=2) + "\n").encode())
+        atomic_write_bytes(Path(task["out"]) / RESULT, dumps_json(row).encode())
     return row

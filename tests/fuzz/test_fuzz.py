@@ -24,3 +24,26 @@ def test_40_mutated_files_through_every_command_keep_the_error_contract():
     broken = [r for r in rows if r["problems"]]
     assert not broken, broken[:3]
     assert {r["command"].split()[0] for r in rows} >= {"inspect", "labels", "reconstruct", "defend"}
+
+
+def test_a_case_past_its_limit_is_a_failure_row_and_the_run_goes_on(tmp_path):
+    """The harness died with an uncaught Hang whenever one case ran over its alarm (CliRunner catches Exception
+    only); now the case is a row with its problem, and the next case runs."""
+    import time
+
+    from benchmarks import fuzz as harness
+
+    class Slow:  # a command that never returns within the limit
+        def invoke(self, *args, **kwargs):
+            time.sleep(5)
+
+    row = harness.run_case(Slow(), 1, tmp_path, fast=True, limit=0.2)
+    assert row["problems"] == ["hang: no exit within 0.2 s"] and row["exit"] is None
+    assert harness.run_case(harness.CliRunner(), 2, tmp_path, fast=True)["seed"] == 2  # the run goes on
+
+
+def test_the_limit_scales_with_a_measured_baseline():
+    from benchmarks import fuzz as harness
+
+    limit, baseline = harness.measured_limit(harness.CliRunner())
+    assert baseline > 0 and limit == max(harness.TIME_LIMIT, harness.LOAD_FACTOR * baseline)

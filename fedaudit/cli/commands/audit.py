@@ -16,6 +16,7 @@ from fedaudit.errors import EXIT_INTERRUPTED, EXIT_RUNTIME
 PARAMS = params(
     "checkpoint", "update",
     flag("truth", Path, "The client's images and labels: the defenses' batch and the metrics' reference.", "--truth", "-t"),
+    "truth_mismatch",
     flag("out", Path, "Audit folder to create (audit.json, audit.html, cells/).", "--out", "-o"),
     flag("attacks", str, "Comma-separated attacks (see 'fedaudit reconstruct').", default="ig,fedleak"),
     flag("defenses", str, "Comma-separated rows: none, prune:0.5, dp:eps=100:delta=1e-5, quantize:bits=8, soteria:0.5, "
@@ -63,7 +64,9 @@ def audit(**kw) -> None:
         tm = session.load_threat_model(kw["checkpoint"], kw["update"], AuxSource(kw["aux"], kw["aux_labels"], kw["dummy"], 1000, False))
         ev_x, ev_y = eval_set(kw["eval_images"], kw["eval_labels"], tm)
         job = AuditJob(session, tm, load_truth(kw["truth"]), rows, attack_names, per_attack, kw["iterations"], kw["restarts"],
-                       kw["labels"], ev_x, ev_y, kw["eval_lr"], self_check=kw["self_check"], gate=kw["gate"].value)
+                       kw["labels"], ev_x, ev_y, kw["eval_lr"], self_check=kw["self_check"], gate=kw["gate"].value,
+                       truth_mismatch=kw["truth_mismatch"].value)
+        job.preflight()  # every cell can start, the truth is this update's: refused before the first line
         info_line(f"audit: {len(rows)} defense rows x {len(attack_names)} attacks on {tm.spec.arch}, B={tm.batch_size}",
                   session.quiet)
         inputs = {k: kw[k] for k in ("checkpoint", "update", "truth", "eval_images")}

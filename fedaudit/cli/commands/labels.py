@@ -9,7 +9,7 @@ from fedaudit.cli.console import check_output_file, emit_json, err_console
 from fedaudit.cli.shared import aux_source, params, session_from
 from fedaudit.cli.subcommands import method_subcommands
 
-COMMON = params("checkpoint", "update", "aux", "aux_labels", "dummy", "num_dummy", "resize", "batch_size", "truth",
+COMMON = params("checkpoint", "update", "aux", "aux_labels", "dummy", "num_dummy", "resize", "batch_size", "truth", "truth_mismatch",
                 "self_check", "seed", "device", "output", "force", "quiet", "allow_custom_arch", "ignore_base_mismatch")
 
 
@@ -37,7 +37,8 @@ def _labels(cls, options: dict, kw: dict) -> None:
     session = session_from(kw)
     tm = session.load_threat_model(kw["checkpoint"], kw["update"], aux_source(kw))
     truth = load_truth(kw["truth"]) if kw["truth"] else None
-    out = LabelJob(session, tm, cls.name, options, self_check=kw["self_check"]).run(truth)
+    out = LabelJob(session, tm, cls.name, options, self_check=kw["self_check"],
+                   truth_mismatch=kw["truth_mismatch"].value).run(truth)
     emit_json(out, kw["output"])
     con = err_console(kw["quiet"])
     con.print(_table(out))

@@ -37,7 +37,7 @@ def _loop_params(defaults: dict) -> list[P]:
 
 def _params(info: MethodInfo) -> list[P]:
     return (params("checkpoint", "update", _OWN["out"], _OWN["labels"], _OWN["labels_file"], "aux", "aux_labels", "dummy",
-                   "num_dummy", "resize", "batch_size", _OWN["truth"], "self_check", "proxies")
+                   "num_dummy", "resize", "batch_size", _OWN["truth"], "truth_mismatch", "self_check", "proxies")
             + _loop_params(info.defaults)
             + params(_OWN["multi_step"], _OWN["checkpoint_every"], _OWN["checkpoint_file"], _OWN["resume"], "fail_on", "gate",
                      "lpips_net", "lpips_weights", "seed", "device", "force", "quiet", "allow_custom_arch",
@@ -46,7 +46,7 @@ def _params(info: MethodInfo) -> list[P]:
 
 def _reconstruct(cls, options: dict, kw: dict) -> None:
     from fedaudit.attacks.base import LOOP_OPTIONS
-    from fedaudit.io.truth import load_truth
+    from fedaudit.io.truth import check_truth, load_truth
     from fedaudit.jobs import ReconstructJob
     from fedaudit.report.outdir import OutputDir
 
@@ -59,14 +59,17 @@ def _reconstruct(cls, options: dict, kw: dict) -> None:
     outdir = OutputDir(kw["out"], force=session.force)
     with outdir:
         tm = session.load_threat_model(kw["checkpoint"], kw["update"], aux_source(kw))
+        truth = load_truth(kw["truth"]) if kw["truth"] else None
+        if truth is not None:  # another update's truth is refused before any work (the job records a warning)
+            check_truth(truth, tm.update.sha256, kw["truth_mismatch"].value)
         info_line(f"{name}: {tm.spec.arch}, {tm.meta.kind}, B={tm.batch_size}, K={tm.meta.local_steps}, "
                   f"device {session.device}", session.quiet)
-        truth = load_truth(kw["truth"]) if kw["truth"] else None
         job = ReconstructJob(session, tm, name, options, loop, labels=kw["labels"], labels_file=kw["labels_file"],
                              label_self_check=kw["self_check"],
                              multi_step=kw["multi_step"], checkpoint_every=kw["checkpoint_every"],
                              checkpoint_path=kw["checkpoint_file"] or Path(f"{kw['out']}.checkpoint.safetensors"),
-                             resume=kw["resume"], proxies=kw["proxies"], gate=kw["gate"].value)
+                             resume=kw["resume"], proxies=kw["proxies"], gate=kw["gate"].value,
+                             truth_mismatch=kw["truth_mismatch"].value)
         inputs = {"checkpoint": kw["checkpoint"], "update": kw["update"], "truth": kw["truth"],
                   "labels_file": kw["labels_file"], "resume": kw["resume"]}
         result = job.run_to(outdir, truth, inputs)
