@@ -11,7 +11,7 @@ from PIL import Image
 from fedaudit.errors import InputError
 from fedaudit.metrics.evaluate import evaluate_images
 from fedaudit.report.document import REPORT_SCHEMA_VERSION, new_report
-from fedaudit.report.outdir import OutputDir
+from fedaudit.report.outdir import MARKER, OutputDir
 from fedaudit.report.write import write_report
 
 from .helpers import sample
@@ -46,20 +46,68 @@ def test_full_report_folder(tmp_path):
 
 def test_existing_folder_is_refused_then_replaced_only_on_success(tmp_path):
     target = tmp_path / "out"
-    target.mkdir()
-    (target / "keep.txt").write_text("old")
+    with OutputDir(target) as out:  # a report fedaudit wrote
+        out.write_text("report.json", '{"old": 1}')
+        out.commit()
+    assert sorted(p.name for p in target.iterdir()) == [MARKER, "report.json"]
     with pytest.raises(InputError, match="--force"):
         OutputDir(target)
     with pytest.raises(RuntimeError):
         with OutputDir(target, force=True) as out:
             out.write_text("report.json", "{}")
             raise RuntimeError("attack failed half way")
-    assert (target / "keep.txt").read_text() == "old"
-    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+    assert (target / "report.json").read_text() == '{"old": 1}'
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]  # no staging folder, no lock file left
     with OutputDir(target, force=True) as out:
         out.write_text("report.json", "{}")
         out.commit()
-    assert [p.name for p in target.iterdir()] == ["report.json"]
+    assert (target / "report.json").read_text() == "{}" and [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+def test_force_never_replaces_a_folder_fedaudit_did_not_write(tmp_path):
+    target = tmp_path / "mine"
+    target.mkdir()
+    (target / "important.txt").write_text("the user's")
+    with pytest.raises(InputError, match="not written by fedaudit"):
+        OutputDir(target, force=True)
+    assert (target / "important.txt").read_text() == "the user's"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]
+
+
+def test_a_second_writer_of_the_same_output_is_refused_while_the_first_runs(tmp_path):
+    first = OutputDir(tmp_path / "out")
+    with pytest.raises(InputError, match="being written by another fedaudit run"):
+        OutputDir(tmp_path / "out")
+    first.write_text("report.json", "{}")
+    first.commit()
+    with OutputDir(tmp_path / "out", force=True) as out:  # the lock went with the commit
+        out.commit()
+
+
+def test_a_symlinked_output_writes_the_folder_it_points_to_and_leaves_nothing_behind(tmp_path):
+    real = tmp_path / "real"
+    with OutputDir(real) as out:
+        out.commit()
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    with OutputDir(link, force=True) as out:
+        out.write_text("report.json", "{}")
+        out.commit()
+    assert link.is_symlink() and (link / "report.json").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "real"]  # no hidden .link.old-PID
+
+
+def test_a_killed_runs_staging_folder_is_swept_by_the_next_run(tmp_path):
+    import subprocess
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # its PID names no live process now
+    stale = tmp_path / f".out.{dead.pid}.abc.partial"
+    stale.mkdir()
+    (stale / "report.json").write_text("{}")
+    with OutputDir(tmp_path / "out") as out:
+        out.commit()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
 def test_unwritable_output_folder(tmp_path):

@@ -11,8 +11,11 @@ import os
 import typer
 
 from fedaudit.cli.console import error_line, info_line
-from fedaudit.errors import EXIT_INTERRUPTED, EXIT_LEAKAGE, EXIT_RUNTIME, FedauditError
+from fedaudit.errors import EXIT_INPUT, EXIT_INTERRUPTED, EXIT_LEAKAGE, EXIT_RUNTIME, FedauditError
 from fedaudit.metrics.risk import at_or_above
+
+# click's ClickException, whichever click Typer runs on (its own vendored copy from 0.2x, click itself before)
+USAGE_ERRORS = tuple(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
 
 
 def fail_exit(band: str, fail_on: str, quiet: bool, source: str = "measured") -> None:
@@ -30,6 +33,9 @@ def handle_errors(fn):
             return fn(*args, **kwargs)
         except typer.Exit:
             raise
+        except USAGE_ERRORS as exc:  # an option refused after parsing (BadParameter, UsageError): usage
+            error_line(exc.format_message())
+            raise typer.Exit(EXIT_INPUT) from None
         except FedauditError as exc:
             error_line(str(exc))
             raise typer.Exit(exc.exit_code) from None

@@ -40,6 +40,34 @@ def _fit(img: Image.Image, size: tuple[int, int], resize: bool, name: str) -> Im
 MAX_PIXELS = 64 * 10**6  # an image file above this is refused before decoding (a decompression bomb or a mistake)
 
 
+SIXTEEN_BIT = ("I;16", "I;16L", "I;16B", "I;16N")
+
+
+def _decode(src: Image.Image, channels: int, path: Path) -> tuple[Image.Image, float]:
+    """``src`` as an image whose pixel values divided by the returned full scale are its true values in [0, 1]:
+
+    * 8-bit modes (1, L, P, RGB, RGBA, LA, CMYK, YCbCr, ...): Pillow's conversion to L or RGB (alpha dropped; an RGB
+      image for a grey model by ITU-R 601 luma), full scale 255;
+    * 16-bit grey (I;16 and its byte orders, e.g. a 16-bit PNG): the raw values over 65535, as 32-bit float (Pillow's
+      own conversion to L clips every value above 255 to white);
+    * 32-bit float (F, e.g. a float TIFF): the values themselves when they are finite and in [0, 1], else refused;
+    * 32-bit integer (I) and anything else: refused, since their full scale is not known from the file.
+    """
+    mode = src.mode
+    if mode in SIXTEEN_BIT:
+        return Image.fromarray(np.asarray(src, dtype=np.float32), mode="F"), 65535.0
+    if mode == "F":
+        arr = np.asarray(src, dtype=np.float32)
+        if not np.isfinite(arr).all() or arr.min() < 0 or arr.max() > 1:
+            raise InputError(f"image {str(path)!r} is a float image with values outside [0, 1] (min {arr.min():.3g}, "
+                             f"max {arr.max():.3g}); fedaudit reads float images on [0, 1] only")
+        return src.copy(), 1.0
+    if mode == "I" or mode.startswith("I;32") or mode not in Image.MODES:
+        raise InputError(f"image {str(path)!r} has pixel mode {mode!r}, whose value range the file does not fix; "
+                         "save it as 8- or 16-bit (PNG) or as a float image on [0, 1]")
+    return src.convert("L" if channels == 1 else "RGB"), 255.0
+
+
 def _load_file(path: Path, input_shape, resize: bool) -> torch.Tensor:
     c, h, w = input_shape
     check_readable(path, "image")  # a FIFO or device in a folder of images is refused, never opened
@@ -48,13 +76,15 @@ def _load_file(path: Path, input_shape, resize: bool) -> torch.Tensor:
             if src.width * src.height > MAX_PIXELS:
                 raise InputError(f"image {str(path)!r} is {src.width} x {src.height} pixels, above the "
                                  f"{MAX_PIXELS // 10**6} megapixels fedaudit decodes; downscale it first")
-            img = _fit(src.convert("L" if c == 1 else "RGB"), (h, w), resize, path.name)
-            arr = np.asarray(img, dtype=np.float32) / 255.0
+            decoded, full_scale = _decode(src, c, path)
+            arr = np.asarray(_fit(decoded, (h, w), resize, path.name), dtype=np.float32) / full_scale
     except (UnidentifiedImageError, OSError, Image.DecompressionBombError, SyntaxError, ValueError) as exc:
         raise InputError(f"cannot read image {str(path)!r}: {exc}") from None
     if c not in (1, 3):
         raise InputError(f"image files give 1 or 3 channels; the model takes {c}")
-    t = torch.from_numpy(arr)
+    if arr.ndim == 2 and c == 3:  # a high-bit-depth grey image for a colour model: grey in every channel
+        arr = np.repeat(arr[..., None], 3, axis=2)
+    t = torch.from_numpy(np.ascontiguousarray(arr)).clamp(0, 1)  # only resampling overshoot is clamped
     return t.unsqueeze(0) if c == 1 else t.permute(2, 0, 1)
 
 

@@ -11,7 +11,7 @@ from fedaudit.cli.console import emit_json, error_line, info_line
 from fedaudit.cli.errors import fail_exit
 from fedaudit.cli.shared import P, flag, params
 from fedaudit.cli.subcommands import command_with
-from fedaudit.errors import EXIT_INPUT, EXIT_INTERRUPTED, EXIT_RUNTIME
+from fedaudit.errors import EXIT_INPUT, EXIT_INTERRUPTED, EXIT_RUNTIME, InputError
 
 PARAMS = [
     P("round_dir", P.POSITIONAL_OR_KEYWORD, annotation=Annotated[Path, typer.Argument(
@@ -39,7 +39,7 @@ def audit_round(**kw) -> None:
 
     attacks = [a.strip() for a in kw["attacks"].split(",") if a.strip() and a.strip() != "none"]
     if kw["jobs"] < 1:
-        raise typer.BadParameter("--jobs must be >= 1")
+        raise InputError(f"--jobs must be >= 1, got {kw['jobs']}")
     parallel = kw["jobs"] > 1 or kw["ray"] or kw["ray_address"]
     plan = RoundPlan(attacks, kw["labels"], kw["iterations"], kw["restarts"], str(kw["aux"]) if kw["aux"] else None,
                      kw["dummy"], kw["batch_size"], kw["seed"], kw["device"], kw["lpips_net"].value,

@@ -1,8 +1,12 @@
-"""Inputs that are not regular files (a FIFO, a device) are refused up front: opening one can block forever."""
+"""Hostile inputs a reviewer's CI meets (issue 64): non-regular files, all-zero updates, users' folders, option errors.
+
+Each case asserts the contract: exit 0/1/2, one stderr line on error, nothing of the user's lost."""
 
 from __future__ import annotations
 
 import os
+
+import pytest
 
 from .helpers import assert_one_error_line, run_module, sample
 
@@ -50,3 +54,31 @@ def test_the_json_writer_encodes_non_finite_numbers_as_null_and_lists_them():
     doc = json.loads(dumps_json({"a": float("nan"), "b": [1.0, float("inf")], "c": {"d": -float("inf"), "e": 2}}))
     assert doc == {"a": None, "b": [1.0, None], "c": {"d": None, "e": 2}, "non_finite": ["$.a", "$.b[1]", "$.c.d"]}
     assert "non_finite" not in json.loads(dumps_json({"a": 1.5}))
+
+
+def test_force_into_a_users_folder_exits_2_and_keeps_it(cli, tmp_path):
+    ckpt, upd, _ = sample("lenet_b1")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "important.txt").write_text("keep me")
+    res = cli("reconstruct", "ig", ckpt, upd, "-o", mine, "-n", "5", "--force", expect=2)
+    assert_one_error_line(res.stderr, "not written by fedaudit")
+    assert (mine / "important.txt").read_text() == "keep me"
+    cli("reconstruct", "ig", ckpt, upd, "-o", tmp_path / "out", "-n", "5", "-q")
+    cli("reconstruct", "ig", ckpt, upd, "-o", tmp_path / "out", "-n", "5", "-q", "--force")  # its own: replaced
+
+
+def test_an_option_refused_inside_a_command_is_a_usage_error_not_an_internal_one(cli, tmp_path):
+    import typer
+
+    from fedaudit.cli.errors import handle_errors
+
+    @handle_errors
+    def command():
+        raise typer.BadParameter("--thing must be >= 1")
+
+    with pytest.raises(typer.Exit) as stopped:
+        command()
+    assert stopped.value.exit_code == 2
+    res = cli("audit-round", tmp_path, "-o", tmp_path / "o", "--jobs", "0", expect=2)
+    assert_one_error_line(res.stderr, "--jobs must be >= 1")
