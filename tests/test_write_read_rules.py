@@ -36,3 +36,30 @@ def test_save_update_checks_the_metadata_by_the_readers_rules(tmp_path, changes,
     with pytest.raises(InputError, match=fragment):
         save_update(out, {"w": torch.zeros(2)}, meta)
     assert not out.exists()
+
+
+@pytest.mark.parametrize("flags, fragment", [
+    (("--std", "nan"), "not finite"), (("--mean", "inf"), "not finite"), (("--std", "-inf"), "must be > 0"),
+    (("--input-shape", "3,100000,100000"), "not plausible"), (("--input-shape", "100,32,32"), "not plausible"),
+])
+def test_init_checkpoint_refuses_what_a_checkpoint_reader_would(cli, tmp_path, flags, fragment):
+    out = tmp_path / "c.safetensors"
+    res = cli("init-checkpoint", "lenet", "-o", out, *flags, expect=2)
+    assert_one_error_line(res.stderr, fragment)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("key, value, fragment", [("fedaudit.std", "[NaN]", "not finite"),
+                                                  ("fedaudit.mean", "[0.5, Infinity, 0.5]", "not finite"),
+                                                  ("fedaudit.std", "[0.0]", "must be > 0")])
+def test_a_checkpoint_whose_normalisation_is_not_finite_is_refused(cli, tmp_path, key, value, fragment):
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    ckpt, upd, _ = sample("lenet_b1")
+    with safe_open(str(ckpt), "pt") as fh:
+        meta = dict(fh.metadata())
+    bad = tmp_path / "c.safetensors"
+    save_file(load_file(str(ckpt)), str(bad), metadata={**meta, key: value})
+    res = cli("inspect", bad, upd, expect=2)
+    assert_one_error_line(res.stderr, fragment)

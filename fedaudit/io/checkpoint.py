@@ -7,6 +7,7 @@ Metadata: ``fedaudit.arch`` (registry name or ``module:factory``), ``fedaudit.ar
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +51,7 @@ def spec_metadata(spec: ModelSpec) -> dict[str, str]:
 
 
 def save_checkpoint(path: str | Path, model: nn.Module, spec: ModelSpec) -> Path:
+    check_normalisation(spec, f"checkpoint {str(path)!r} (not written)")  # the reader's rules (sizes: checked earlier)
     return write_safetensors(path, dict(model.state_dict()), spec_metadata(spec))
 
 
@@ -108,6 +110,25 @@ def _memory_bytes() -> int | None:
         return None
 
 
+def check_normalisation(spec: ModelSpec, source: str) -> None:
+    """The training data's per-channel mean and std: finite, std > 0, one value or one per input channel."""
+    c = spec.input_shape[0]
+    for name, values in (("mean", spec.mean), ("std", spec.std)):
+        if len(values) not in (1, c):
+            raise InputError(f"{source}: {name} has {len(values)} values for {c} input channels (give 1 or {c})")
+        if not all(math.isfinite(v) for v in values):
+            raise InputError(f"{source}: {name} {list(values)} is not finite")
+    if min(spec.std) <= 0:
+        raise InputError(f"{source}: std {list(spec.std)} must be > 0")
+
+
+def check_spec(spec: ModelSpec, source: str, allow_custom: bool = False) -> None:
+    """Everything a checkpoint's metadata must satisfy, checked the same way when one is read and before one is
+    built or written (``init-checkpoint``), so fedaudit never writes a checkpoint it would refuse."""
+    check_normalisation(spec, source)
+    check_sizes(spec, source, allow_custom)
+
+
 def check_sizes(spec: ModelSpec, source: str, allow_custom: bool = False) -> None:
     """Refuse sizes no machine could hold before anything is allocated: an input side above 8,192 pixels, more
     than 64 channels or 1,000,000 classes, or a model whose parameters (counted on PyTorch's meta device, which
@@ -137,7 +158,7 @@ def load_checkpoint(path: str | Path, allow_custom_arch: bool = False) -> Checkp
     if meta.str("file") == "update":
         raise InputError(f"{source} is a recorded update, not a checkpoint (arguments swapped?)")
     spec = read_spec(meta)
-    check_sizes(spec, source, allow_custom_arch)
+    check_spec(spec, source, allow_custom_arch)
     model = build_model(spec, allow_custom=allow_custom_arch)
     load_state_strict(model, tensors, source)
     check_forward(model, spec, source)

@@ -35,12 +35,13 @@ def register(app) -> None:
         convolutions) or a seeded random init."""
         import torch
 
-        from fedaudit.io.checkpoint import check_forward, save_checkpoint
+        from fedaudit.io.checkpoint import check_forward, check_spec, save_checkpoint
         from fedaudit.io.files import sha256_file
         from fedaudit.models.build import initial_model
 
         refuse_existing(output, force)
         spec = make_spec(arch, num_classes, input_shape, mean, std, arch_kwargs)
+        check_spec(spec, "init-checkpoint", allow_custom_arch)  # before anything is allocated: a checkpoint's rules
         torch.manual_seed(seed)
         model, weights = initial_model(spec, pretrained=not random_weights, allow_custom=allow_custom_arch)
         check_forward(model, spec, f"architecture {arch!r}")
