@@ -110,3 +110,20 @@ def test_the_truth_itself_is_firmly_identified_and_very_high():
     assert m["identification"]["firm"] == 4 and m["risk_band"] == "very_high"
     assert m["risk_band_range"] == ["very_high", "very_high"]
     assert all(row["identification_rank"] == 1 and row["identification_margin"] > 0 for row in m["per_image"])
+
+
+def test_a_psnr_only_band_is_said_on_stderr_when_lpips_is_missing(monkeypatch):
+    from fedaudit.metrics import evaluate
+    from fedaudit.metrics.evaluate import skipped_line
+    from fedaudit.metrics.lpips import LpipsModel
+
+    monkeypatch.setattr(evaluate, "load_lpips", lambda net, weights=None: LpipsModel(net, None, None, "no vgg weights"))
+    import fedaudit.metrics.identification as ident_mod
+
+    monkeypatch.setattr(ident_mod, "load_lpips", lambda net, weights=None: LpipsModel(net, None, None, "no vgg weights"))
+    _, truth = load_sample("lenet_b4")
+    m = evaluate_images(truth.images.clone(), truth.images)
+    assert m["band"]["identification"] is None and "PSNR alone" in m["band"]["why"]
+    assert skipped_line(m) == ("warning: LPIPS and identification were skipped (no vgg weights): the band is "
+                               "PSNR-only; pass --lpips-weights or install the LPIPS backbone weights (docs/metrics.md)")
+    assert skipped_line({"identification": {"rate": 0.5}}) is None

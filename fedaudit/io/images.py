@@ -157,3 +157,40 @@ def parse_labels(text: str | None, batch: ImageBatch, num_classes: int) -> torch
     if labels.min() < 0 or labels.max() >= num_classes:
         raise InputError(f"labels must be in [0, {num_classes - 1}] (found {int(labels.min())}..{int(labels.max())})")
     return labels.long()
+
+
+def labels_from_csv(path: str | Path, batch: ImageBatch, num_classes: int) -> torch.Tensor:
+    """Labels from a ``file,label`` CSV (``--image-labels-csv``; a header row ``file,label`` is allowed): every image
+    of the batch listed once by its file name, no other file."""
+    import csv
+
+    p = check_readable(path, "labels CSV")
+    try:
+        with open(p, newline="", encoding="utf-8") as fh:
+            rows = [r for r in csv.reader(fh) if r and any(c.strip() for c in r)]
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise InputError(f"labels CSV {str(p)!r} cannot be read: {exc}") from None
+    if rows and [c.strip().lower() for c in rows[0]] == ["file", "label"]:
+        rows = rows[1:]
+    mapping: dict[str, int] = {}
+    for i, row in enumerate(rows, 1):
+        if len(row) != 2:
+            raise InputError(f"labels CSV {str(p)!r} row {i}: expected 'file,label', got {row!r}")
+        name, label = row[0].strip(), row[1].strip()
+        if name in mapping:
+            raise InputError(f"labels CSV {str(p)!r} lists {name!r} twice")
+        try:
+            mapping[name] = int(label)
+        except ValueError:
+            raise InputError(f"labels CSV {str(p)!r} row {i}: label {label!r} is not an integer") from None
+    unlisted = [n for n in batch.names if n not in mapping]
+    if unlisted:
+        raise InputError(f"labels CSV {str(p)!r} does not list image {unlisted[0]!r}"
+                         + (f" (+{len(unlisted) - 1} more)" if len(unlisted) > 1 else ""))
+    extra = sorted(set(mapping) - set(batch.names))
+    if extra:
+        raise InputError(f"labels CSV {str(p)!r} lists {extra[0]!r}, which is not among the images")
+    labels = torch.tensor([mapping[n] for n in batch.names])
+    if labels.min() < 0 or labels.max() >= num_classes:
+        raise InputError(f"labels must be in [0, {num_classes - 1}] (found {int(labels.min())}..{int(labels.max())})")
+    return labels.long()

@@ -26,7 +26,7 @@ from fedaudit.jobs.labels import LabelJob
 from fedaudit.jobs.proxies import run_proxies
 from fedaudit.labels import LABEL_METHODS
 from fedaudit.labels.base import samples_in_update
-from fedaudit.metrics.evaluate import evaluate_images
+from fedaudit.metrics.evaluate import evaluate_images, skipped_line
 from fedaudit.metrics.features import feature_recovery
 from fedaudit.metrics.risk import GATES
 from fedaudit.models.head import output_layer_io
@@ -138,6 +138,9 @@ class ReconstructResult:
             lines.append(f"estimated risk: none ({verdict.get('why')})")
         if m.get("band"):
             lines.append(f"measured: {m['band']['why']}")
+            skipped = skipped_line(m)
+            if skipped:
+                lines.append(skipped)
         if (r.get("fail_on_band") or {}).get("line"):
             lines.append(r["fail_on_band"]["line"])
         return lines

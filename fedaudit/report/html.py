@@ -43,9 +43,8 @@ def _estimated(verdict: dict[str, Any], measured: str | None) -> str:
             f"{_range(verdict.get('range'))}{side}</h2>"
             f"<p>Confidence {_num(verdict.get('confidence'))} that the true band is this one; probability it is higher "
             f"{_num(verdict.get('p_higher'))}. Source: {e(str(verdict.get('source')))}"
-            + (f"; predicted band-equivalent PSNR {_num(verdict.get('predicted_psnr'))} dB (rule {e(str(verdict.get('rule')))}"
-               f", +{_num(verdict.get('margin_db'))} dB safety margin)" if "predicted_psnr" in verdict else
-               f": {e(str(verdict.get('why', '')))}") + ".</p>"
+            + (f"; rule score {_num(verdict.get('score_db'))} dB" if verdict.get("score_db") is not None else "")
+            + (f": {e(str(verdict['why']))}" if verdict.get("why") else "") + ".</p>"
             + "".join(f"<p class='band medium'>caveat: {e(c)}</p>" for c in verdict.get("caveats", [])))
 
 

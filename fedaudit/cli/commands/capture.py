@@ -6,8 +6,9 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.table import Table
 
-from fedaudit.cli.console import emit_json, info_line, refuse_existing
+from fedaudit.cli.console import clean, emit_json, err_console, info_line, refuse_existing
 from fedaudit.cli.errors import handle_errors
 from fedaudit.cli.options import AllowCustomArchOpt, BNMode, CheckpointArg, ForceOpt, Kind, QuietOpt, Reduction, SeedOpt, Sign
 from fedaudit.errors import InputError
@@ -24,7 +25,10 @@ def register(app) -> None:
         batch_size: Annotated[int, typer.Option("--batch-size", "-b", help="Images per local step.", show_default=False)],
         labels: Annotated[Optional[str], typer.Option("--image-labels", help=(
             "The images' classes: '3,8,8,0', or 'names' (trailing number of each file name); omit if the "
-            "safetensors has 'labels'. (Elsewhere --labels names a label-recovery method.)"))] = None,
+            "safetensors has 'labels'. Folders are read in sorted file-name order; the mapping is printed. (Elsewhere "
+            "--labels names a label-recovery method.)"))] = None,
+        labels_csv: Annotated[Optional[Path], typer.Option("--image-labels-csv", help=(
+            "The images' classes as 'file,label' rows, one per image file (instead of --image-labels)."))] = None,
         truth: Annotated[Optional[Path], typer.Option("--truth-out", help=(
             "Also write the ground truth (images in [0,1], labels) here; only metrics read it (it is the --truth "
             "input of labels, reconstruct, audit and score)."))] = None,
@@ -63,6 +67,10 @@ def register(app) -> None:
                             momentum=momentum, weight_decay=weight_decay, withhold=tuple(withhold or ()),
                             include_buffers=False if no_buffers else (True if include_buffers else None))
         session = Session.create(device=device, seed=seed, allow_custom_arch=allow_custom_arch, quiet=quiet, force=force)
-        out = CaptureJob(session, checkpoint, images, labels, cfg, resize).run_to(output, truth)
+        out = CaptureJob(session, checkpoint, images, labels, cfg, resize, labels_csv).run_to(output, truth)
+        table = Table("file", "label", "local step", title="images -> labels (the client's data order)")
+        for row in out["images"]:
+            table.add_row(clean(row["file"]), str(row["label"]), str(row["step"]))
+        err_console(quiet).print(table)
         info_line(f"recorded {out['kind']} of {out['num_examples']} images (B={batch_size}, K={local_steps}) -> {output}", quiet)
         emit_json(out)
