@@ -74,7 +74,7 @@ def optimize_batched(attack: OptimizationAttack, cfg: LoopConfig) -> LoopResult:
     iterations_run, interrupted, first = 0, False, 0
     log_every = max(1, cfg.iterations // 200)
     held: dict = {}  # the stepper (eager, or a captured CUDA graph) for groups of one size
-    with progress_bar(cfg.quiet) as progress:
+    with progress_bar(cfg.quiet, cfg.progress) as progress:
         task = progress.add_task(attack.name, total=cfg.iterations * cfg.restarts, loss="-")
         while first < cfg.restarts and not interrupted:
             group = list(range(first, min(first + size, cfg.restarts)))

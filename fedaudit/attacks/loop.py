@@ -107,7 +107,7 @@ def optimize(attack: OptimizationAttack, cfg: LoopConfig) -> LoopResult:
     iterations_run, interrupted = 0, False
     log_every = max(1, cfg.iterations // 200)
     steps = cuda_graph.steps_for(attack, cfg.cuda_graph, cfg.lr, cfg.schedule, cfg.iterations, log_every)
-    with progress_bar(cfg.quiet) as progress:
+    with progress_bar(cfg.quiet, cfg.progress) as progress:
         task = progress.add_task(attack.name, total=cfg.iterations * (cfg.restarts - start_restart), loss="-")
         progress.advance(task, start_it)
         for restart in range(start_restart, cfg.restarts):

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Callable
 
 import torch
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import Progress
 
 from fedaudit.attacks.base import OptimizationAttack
+from fedaudit.attacks.progress import LineProgress, progress_display
 
 BARELY_MOVED = 0.05  # mean |pixel change| (on [0,1]) below which a run "barely moved from its initialisation"
 
@@ -34,6 +34,7 @@ class LoopConfig:
     monitor_every: int = 0
     restart_batch: int = 0  # restarts per stacked batch: 0 = all at once (halved while memory runs out), 1 = sequential
     cuda_graph: str = "auto"  # capture the iteration as a CUDA graph: auto | on | off (fedaudit/attacks/cuda_graph.py)
+    progress: str = "auto"  # auto | bar | lines | off (fedaudit/attacks/progress.py)
 
 
 @dataclass
@@ -72,12 +73,9 @@ class Best:
     movement: float | None = None
 
 
-def progress_bar(quiet: bool) -> Progress:
-    """A transient bar on stderr, only on a terminal (piped, it would leave a blank line and nothing useful)."""
-    console = Console(stderr=True)
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                    TextColumn("loss {task.fields[loss]}"), console=console, transient=True,
-                    redirect_stdout=False, redirect_stderr=False, disable=quiet or not console.is_terminal)
+def progress_bar(quiet: bool, mode: str = "auto") -> Progress | LineProgress:
+    """The run's progress on stderr: a bar on a terminal, plain lines elsewhere (fedaudit/attacks/progress.py)."""
+    return progress_display(quiet, mode)
 
 
 def restart_generator(seed: int, restart: int) -> torch.Generator:

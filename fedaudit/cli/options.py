@@ -48,6 +48,13 @@ class TruthMismatch(str, Enum):
     warn = "warn"
 
 
+class ProgressMode(str, Enum):
+    auto = "auto"
+    bar = "bar"
+    lines = "lines"
+    off = "off"
+
+
 class LpipsNet(str, Enum):
     vgg = "vgg"
     alex = "alex"
@@ -77,3 +84,5 @@ LpipsWeightsOpt = Annotated[Optional[Path], typer.Option("--lpips-weights", help
 TruthMismatchOpt = Annotated[TruthMismatch, typer.Option("--truth-mismatch", help=(
     "When --truth records another update's sha256: error (exit 2; a mismatched truth would measure 'low') or warn "
     "(measure anyway, the report says so)."))]
+ProgressOpt = Annotated[ProgressMode, typer.Option("--progress", envvar="FEDAUDIT_PROGRESS", help=(
+    "Progress on stderr: auto (a bar on a terminal, else a line every 30 s: CI logs, nohup), bar, lines or off."))]

@@ -12,6 +12,7 @@ A proxy that fails to capture or to run is a warning in the report, not a failur
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -55,7 +56,7 @@ def run_proxies(job: ReconstructJob, labels: list[int], count: int) -> dict[str,
         return {"requested": count, "proxies": [], "not_applicable": f"no proxies: {e}"}
     y = torch.as_tensor(labels, dtype=torch.long)
     n = len(y)
-    quiet = session.replace(quiet=True)
+    sub = session.replace(quiet=session.quiet)
     records: list[dict[str, Any]] = []
     warnings: list[str] = []
     interrupted = False
@@ -65,9 +66,12 @@ def run_proxies(job: ReconstructJob, labels: list[int], count: int) -> dict[str,
         rounds = -(-n // len(images))
         pick = torch.cat([torch.randperm(len(images), generator=g) for _ in range(rounds)])[:n]
         t1 = time.perf_counter()
+        if not session.quiet:  # the proxies' own progress lines follow: say whose they are
+            sys.stderr.write(f"fedaudit: proxy {j + 1}/{count}: {n} public images captured with the update's recipe\n")
+            sys.stderr.flush()
         try:
             sim, truth = simulated_client(tm, session, images[pick], y, cfg, chain, seed)
-            proxy = ReconstructJob(quiet, sim, job.attack, job.options, job.loop, given_labels=labels,
+            proxy = ReconstructJob(sub, sim, job.attack, job.options, job.loop, given_labels=labels,
                                    multi_step=job.multi_step, proxies=0)
             result = proxy.run(truth)
         except (InputError, NotApplicable, RuntimeFailure, ValueError, RuntimeError) as e:

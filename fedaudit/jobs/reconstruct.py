@@ -251,6 +251,7 @@ class ReconstructJob:
         return LoopConfig(iterations=s["iterations"], restarts=s["restarts"], lr=s["lr"], schedule=s["schedule"],
                           seed=self.session.seed, checkpoint_every=self.checkpoint_every,
                           checkpoint_path=self.checkpoint_path, resume=self.resume, quiet=self.session.quiet,
+                          progress=self.session.progress,
                           fingerprint=self.fingerprint(labels), monitor=self.monitor, monitor_every=self.monitor_every,
                           restart_batch=s["restart-batch"], cuda_graph=s["cuda-graph"])
 

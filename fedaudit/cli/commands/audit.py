@@ -34,7 +34,7 @@ PARAMS = params(
          "after one step with the defended vs the true update.", default=None),
     flag("eval_labels", Optional[str], "Labels of --eval-images: '3,1,...' or 'names'.", default=None),
     flag("eval_lr", Optional[float], "Step size of that one step (default: the update's local lr, else 0.1).", default=None),
-    "fail_on", "gate", "lpips_net", "lpips_weights", "seed", "device", "force", "quiet", "allow_custom_arch", "ignore_base_mismatch",
+    "fail_on", "gate", "lpips_net", "lpips_weights", "seed", "device", "force", "quiet", "progress", "allow_custom_arch", "ignore_base_mismatch",
 )
 
 

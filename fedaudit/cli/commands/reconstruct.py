@@ -40,7 +40,7 @@ def _params(info: MethodInfo) -> list[P]:
                    "num_dummy", "resize", "batch_size", _OWN["truth"], "truth_mismatch", "self_check", "proxies")
             + _loop_params(info.defaults)
             + params(_OWN["multi_step"], _OWN["checkpoint_every"], _OWN["checkpoint_file"], _OWN["resume"], "fail_on", "gate",
-                     "lpips_net", "lpips_weights", "seed", "device", "force", "quiet", "allow_custom_arch",
+                     "lpips_net", "lpips_weights", "seed", "device", "force", "quiet", "progress", "allow_custom_arch",
                      "ignore_base_mismatch"))
 
 

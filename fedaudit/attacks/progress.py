@@ -1,0 +1,81 @@
+"""Progress of a long run on stderr, terminal or not (``--progress auto|bar|lines|off``).
+
+* ``bar``: Rich's live bar (transient: it leaves nothing behind on a terminal);
+* ``lines``: one plain line every ``FEDAUDIT_PROGRESS_EVERY`` seconds (default 30) with the phase, iteration, loss,
+  elapsed time and ETA, which a CI log, ``nohup`` or a pipeline keeps: a run there printed nothing for minutes;
+* ``auto`` (the default): the bar on a terminal, lines elsewhere;
+* ``off`` (and ``--quiet``): nothing.
+
+Both displays take the calls the optimisation loop makes (``add_task``, ``update``, ``advance``, a ``with`` block).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
+
+MODES = ("auto", "bar", "lines", "off")
+EVERY = 30.0  # seconds between two progress lines (FEDAUDIT_PROGRESS_EVERY overrides)
+
+
+class LineProgress:
+    """Rich's Progress calls, printed as a plain line every ``every`` seconds and once at the end of a task."""
+
+    def __init__(self, every: float):
+        self.every = every
+        self.tasks: dict[int, dict[str, Any]] = {}
+
+    def __enter__(self) -> LineProgress:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for task in self.tasks.values():
+            if task["completed"] and task["printed_at"] != task["completed"]:
+                self._line(task)
+
+    def add_task(self, description: str, total: float, **fields) -> TaskID:
+        now = time.perf_counter()
+        self.tasks[len(self.tasks)] = {"description": description, "total": total, "completed": 0.0,
+                                       "fields": fields, "start": now, "last": now, "printed_at": None}
+        return TaskID(len(self.tasks) - 1)
+
+    def update(self, task_id: TaskID, description: str | None = None, **fields) -> None:
+        task = self.tasks[task_id]
+        if description is not None:
+            task["description"] = description
+        task["fields"].update(fields)
+
+    def advance(self, task_id: TaskID, advance: float = 1) -> None:
+        task = self.tasks[task_id]
+        task["completed"] += advance
+        now = time.perf_counter()
+        if now - task["last"] >= self.every:
+            task["last"] = now
+            self._line(task)
+
+    def _line(self, task: dict[str, Any]) -> None:
+        elapsed = time.perf_counter() - task["start"]
+        done, total = task["completed"], task["total"]
+        eta = elapsed / done * (total - done) if done else float("nan")
+        loss = task["fields"].get("loss", "-")
+        sys.stderr.write(f"fedaudit: {task['description']}: {int(done)}/{int(total)}, loss {loss}, elapsed "
+                         f"{elapsed:.0f} s, ETA {eta:.0f} s\n")
+        sys.stderr.flush()
+        task["printed_at"] = done
+
+
+def progress_display(quiet: bool, mode: str = "auto") -> Progress | LineProgress:
+    """The display for a run: Rich's bar, plain lines, or a disabled bar (module docstring)."""
+    console = Console(stderr=True)
+    if mode == "auto":
+        mode = "bar" if console.is_terminal else "lines"
+    if mode == "lines" and not quiet:
+        return LineProgress(float(os.environ.get("FEDAUDIT_PROGRESS_EVERY", EVERY)))
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                    TextColumn("loss {task.fields[loss]}"), console=console, transient=True,
+                    redirect_stdout=False, redirect_stderr=False, disable=quiet or mode != "bar")
