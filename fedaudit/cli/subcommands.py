@@ -12,6 +12,7 @@ import typer
 
 from fedaudit.catalog import Family, MethodInfo
 from fedaudit.cli.errors import handle_errors
+from fedaudit.cli.panels import grouped
 
 P = pyinspect.Parameter
 
@@ -27,8 +28,8 @@ def option_params(options) -> list[P]:
 
 
 def command_with(params: list[P], fn: Callable[..., None]):
-    """``fn(**kw)`` as a command whose flags are ``params`` (shared ones from fedaudit/cli/shared.py)."""
-    cast(Any, fn).__signature__ = pyinspect.Signature(params)
+    """``fn(**kw)`` as a command whose flags are ``params`` (shared ones from fedaudit/cli/shared.py), in panels."""
+    cast(Any, fn).__signature__ = pyinspect.Signature(grouped(params, [], ""))
     return handle_errors(fn)
 
 
@@ -40,7 +41,8 @@ def _command(family: Family, info: MethodInfo, params: list[P], handler: Callabl
         options = cls.parse_options({name: kw.pop(key) for name, key in keys.items()})
         handler(cls, options, kw)
 
-    cast(Any, command).__signature__ = pyinspect.Signature(params + option_params(info.options))
+    own = option_params(info.options)
+    cast(Any, command).__signature__ = pyinspect.Signature(grouped(params, own, f"{info.name} options"))
     command.__doc__ = f"{info.summary} [{info.paper}]"
     command.__name__ = info.name.replace("-", "_")
     return handle_errors(command)
