@@ -30,8 +30,8 @@ WARMUP = 50  # warmup-cosine: GradInversion's 50 linear warm-up iterations (at m
 # The loop settings every optimisation attack takes (defaults per attack in ``defaults``), in the one syntax of
 # method options: CLI flags and ``--attack-options`` specs are converted and checked by the same code.
 LOOP_OPTIONS = (
-    MethodOption("iterations", int, None, "Iterations per restart."),
-    MethodOption("restarts", int, None, "Restarts; the best by gradient distance is kept."),
+    MethodOption("iterations", int, None, "Iterations per restart.", positive=True),
+    MethodOption("restarts", int, None, "Restarts; the best by gradient distance is kept.", positive=True),
     MethodOption("lr", float, None, "Step size.", positive=True),
     MethodOption("schedule", str, None, "Learning-rate schedule: " + " | ".join(SCHEDULES) + ".", SCHEDULES),
     MethodOption("restart-batch", int, None, "Restarts optimised together as one stacked batch, where the attack "

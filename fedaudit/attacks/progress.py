@@ -35,7 +35,7 @@ class LineProgress:
 
     def __exit__(self, *exc) -> None:
         for task in self.tasks.values():
-            if task["completed"] and task["printed_at"] != task["completed"]:
+            if task["printed_at"] is not None and task["printed_at"] != task["completed"]:  # close a long task
                 self._line(task)
 
     def add_task(self, description: str, total: float, **fields) -> TaskID:

@@ -102,7 +102,11 @@ def session_from(kw: dict[str, Any]) -> Session:
 
 
 def aux_source(kw: dict[str, Any]) -> AuxSource:
+    from fedaudit.errors import InputError
     from fedaudit.session import AuxSource
+
+    if kw.get("num_dummy", 1000) < 1:
+        raise InputError(f"--num-dummy must be >= 1, got {kw['num_dummy']}")
 
     return AuxSource(kw.get("aux"), kw.get("aux_labels"), kw.get("dummy", False), kw.get("num_dummy", 1000),
                      kw.get("resize", False))

@@ -187,8 +187,8 @@ class ReconstructJob:
             raise InputError("--self-check checks a label method's reading; labels from a file have none to check")
         if self.multi_step not in MULTI_STEP:
             raise InputError(f"--multi-step must be one of {', '.join(MULTI_STEP)}")
-        if self.proxies < 0:
-            raise InputError(f"--proxies must be >= 0, got {self.proxies}")
+        if self.proxies < 0 or self.checkpoint_every < 0:
+            raise InputError(f"--proxies and --checkpoint-every must be >= 0, got {self.proxies}, {self.checkpoint_every}")
         if self.gate not in GATES:
             raise InputError(f"--gate must be one of {', '.join(GATES)}, got {self.gate!r}")
 

@@ -53,8 +53,9 @@ def _reconstruct(cls, options: dict, kw: dict) -> None:
     name = cls.name
     loop = {o.name: kw[o.name.replace("-", "_")] for o in LOOP_OPTIONS}
     cls.loop_settings(loop)  # bad loop settings are refused before anything is read
-    if kw["proxies"] < 0:
-        raise InputError(f"--proxies must be >= 0, got {kw['proxies']}")
+    for count in ("proxies", "checkpoint_every"):  # counts refused before anything is read
+        if kw[count] < 0:
+            raise InputError(f"--{count.replace('_', '-')} must be >= 0, got {kw[count]}")
     session = session_from(kw)
     outdir = OutputDir(kw["out"], force=session.force)
     with outdir:
