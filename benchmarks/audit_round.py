@@ -92,7 +92,17 @@ def main(argv=None) -> int:
     ap.add_argument("--engines", default="j1,j2,ray", help="comma list of jN / ray, each with an optional @DEVICE "
                     "(a GPU machine: j1@cuda,j4@cuda,j8@cuda,j8@cpu)")
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--make-round", type=Path, metavar="DIR", help="only write a demo round (the recorder's layout: "
+                    "DIR/checkpoint.safetensors, DIR/clients/*.safetensors) of --clients clients, and public digits "
+                    "beside it (DIR/../aux.safetensors), then exit")
     args = ap.parse_args(argv)
+    if args.make_round:
+        if args.make_round.exists():
+            raise SystemExit(f"{args.make_round} exists")
+        make_round(args.make_round, args.clients)
+        print(f"wrote {args.clients} clients to {args.make_round}/ and public digits to "
+              f"{args.make_round.parent / 'aux.safetensors'}", file=sys.stderr)
+        return 0
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)

@@ -42,12 +42,15 @@ def _kw(name: str, default: Any, annotation) -> P:
     return P(name, P.KEYWORD_ONLY, default=default, annotation=annotation)
 
 
-def flag(name: str, kind: Any, help_text: str, *flags: str, default: Any = P.empty) -> P:
+def flag(name: str, kind: Any, help_text: str, *flags: str, default: Any = P.empty, envvar: str | None = None) -> P:
     """A keyword parameter of a generated subcommand: ``--name`` (or ``flags``) of type ``kind``; no default
-    makes it required."""
+    makes it required; ``envvar`` supplies it when the flag is not given."""
     flags = flags or ("--" + name.replace("_", "-"),)
     show = default is not P.empty and default is not None
-    return _kw(name, default, Annotated[kind, typer.Option(*flags, help=help_text, show_default=show)])
+    return _kw(name, default, Annotated[kind, typer.Option(*flags, help=help_text, show_default=show, envvar=envvar)])
+
+
+ITERATIONS_ENV = "FEDAUDIT_ITERATIONS"  # -n for every attack when not given (CI smoke runs, the README's test)
 
 
 PARAMS: dict[str, P] = {p.name: p for p in [
