@@ -119,3 +119,17 @@ def forward_backward_seconds(model, spec, x, y, device="cpu", repeats=5, warmup=
     model.eval()
     times = times[warmup:]
     return sorted(times)[len(times) // 2]
+
+
+def defended_and_loop(tm: ThreatModel, session, case: dict, truth) -> tuple[ThreatModel, dict]:
+    """A benchmark case's threat model after its ``defense`` ('none' or a defense spec such as 'dp:clip=1:sigma=0.1',
+    applied with the client's batch ``truth``) and its loop settings (``iterations``, ``restarts``, ``lr`` when set)."""
+    from fedaudit.jobs.defend import DefendJob, parse_defense
+
+    if case["defense"] != "none":
+        job = DefendJob(session, tm, [parse_defense(case["defense"])], truth)
+        tm = job.defended_threat_model(job.run())
+    loop = {"iterations": case["iterations"], "restarts": case["restarts"]}
+    if case["lr"]:
+        loop["lr"] = case["lr"]
+    return tm, loop

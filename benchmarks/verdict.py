@@ -34,12 +34,11 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import RESULTS, mnist_split, threat_model, trained
+from benchmarks.common import RESULTS, defended_and_loop, mnist_split, threat_model, trained
 from fedaudit.client.capture import CaptureConfig
 from fedaudit.data.offline import CIFAR10_MEAN, CIFAR10_STD, MNIST_MEAN, MNIST_STD, cifar10_samples
 from fedaudit.io.truth import Truth
 from fedaudit.jobs import ReconstructJob, Session
-from fedaudit.jobs.defend import DefendJob, parse_defense
 from fedaudit.metrics.risk import BANDS, THRESHOLDS
 from fedaudit.models import ModelSpec, build_model
 from fedaudit.verdict import estimate as est
@@ -113,12 +112,7 @@ def run(case: dict) -> dict:
     tm = threat_model(spec, net, x, y, cfg)
     session = Session(seed=case["seed"], quiet=True)
     truth = Truth(x, y, torch.zeros(len(y), dtype=torch.long), [])
-    if case["defense"] != "none":
-        job = DefendJob(session, tm, [parse_defense(case["defense"])], truth)
-        tm = job.defended_threat_model(job.run())
-    loop = {"iterations": case["iterations"], "restarts": case["restarts"]}
-    if case["lr"]:
-        loop["lr"] = case["lr"]
+    tm, loop = defended_and_loop(tm, session, case, truth)
     t0 = time.perf_counter()
     result = ReconstructJob(session, tm, case["attack"], None, loop, labels="auto").run(truth)
     r = result.report

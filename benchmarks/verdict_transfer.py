@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks.common import RESULTS, mnist_split, threat_model, trained
+from benchmarks.common import RESULTS, defended_and_loop, mnist_split, threat_model, trained
 from fedaudit.client.capture import CaptureConfig
 from fedaudit.data.offline import (
     CIFAR10_MEAN,
@@ -51,7 +51,6 @@ from fedaudit.data.offline import (
 )
 from fedaudit.io.truth import Truth
 from fedaudit.jobs import ReconstructJob, Session
-from fedaudit.jobs.defend import DefendJob, parse_defense
 from fedaudit.metrics.identification import identification_band
 from fedaudit.metrics.risk import BANDS, worst_band
 from fedaudit.models import ModelSpec, build_model
@@ -155,12 +154,7 @@ def run(case: dict, proxies: int) -> dict:
     tm = threat_model(spec, net, x, y, cfg)
     session = Session(seed=case["seed"], quiet=True)
     truth = Truth(x, y, torch.arange(b * k) // b, [])
-    if case["defense"] != "none":
-        job = DefendJob(session, tm, [parse_defense(case["defense"])], truth)
-        tm = job.defended_threat_model(job.run())
-    loop = {"iterations": case["iterations"], "restarts": case["restarts"]}
-    if case["lr"]:
-        loop["lr"] = case["lr"]
+    tm, loop = defended_and_loop(tm, session, case, truth)
     t0 = time.perf_counter()
     result = ReconstructJob(session, tm, case["attack"], None, loop, labels="auto", proxies=proxies).run(truth)
     r = result.report
