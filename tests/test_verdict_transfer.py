@@ -1,0 +1,36 @@
+"""The verdict benchmark's reading (benchmarks/verdict_transfer.py): what counts as an under-report, before and after."""
+
+from __future__ import annotations
+
+from benchmarks.verdict_transfer import cases, old_measured, scores, table
+
+
+def row(measured: str, est: str, est_range: list[str], rule: str, paper: str = "low", identified: float = 0.0) -> dict:
+    return {"id": 0, "model": "lenet-dlg", "source": "mnist", "B": 1, "K": 1, "attack": "ig", "defense": "none",
+            "iterations": 100, "seconds": 4.0, "attack_seconds": 1.0, "proxy_seconds": 3.0, "proxies": 3,
+            "measured": {"band": measured, "range": [measured, measured], "psnr": 12.0, "above_floor": 0.5,
+                         "identified": identified, "paper_band": paper},
+            "estimate": {"band": est, "range": est_range}, "rule": {"band": rule, "range": [rule, rule]}}
+
+
+def test_an_under_report_is_an_upper_end_below_the_measured_point():
+    rows = [row("high", "medium", ["low", "medium"], "high"), row("high", "medium", ["low", "high"], "high"),
+            row("low", "low", ["low", "medium"], "low")]
+    s = scores(rows, "estimate")
+    assert s["runs"] == 3 and s["under"] == 1 and abs(s["point_under_rate"] - 2 / 3) < 1e-9
+    assert abs(s["exact_rate"] - 1 / 3) < 1e-9 and s["median_width"] == 1
+
+
+def test_the_old_measured_band_is_the_worse_of_the_paper_band_and_the_raw_identification_band():
+    assert old_measured(row("low", "low", ["low", "low"], "low", paper="medium", identified=1.0)) == "very_high"
+    assert old_measured(row("low", "low", ["low", "low"], "low", paper="medium", identified=0.0)) == "medium"
+    text = table([row("low", "low", ["low", "medium"], "very_high", paper="medium", identified=1.0)])
+    assert "| calibrated on proxies (new) |" in text and "frozen rule, point only (before)" in text
+    assert "Cost (CPU, one thread)" in text
+
+
+def test_the_grid_is_seeded_and_within_the_cpu_budget():
+    grid = cases(60)
+    assert grid == cases(60)
+    assert all(c["B"] <= 4 or c["model"].startswith("lenet") for c in grid)
+    assert all(c["B"] == 1 and c["restarts"] == 1 for c in grid if c["model"] == "vgg16-pretrained")
