@@ -9,6 +9,12 @@ Without it, on MNIST digits (dark, unlike the photographic distractors) a blank 
 "identified" as the nearest digit: a B = 1 run drowned in DP noise (PSNR 2.9 dB) measured "very high". LPIPS uses real backbone weights; when
 the attacked model is itself one of LPIPS's backbones (VGG16, AlexNet), the other backbone is used, so the
 judge is not the network the attack optimised through. Without LPIPS weights the result is null with the reason.
+
+Each pair also gets the rank of its own original among the candidates and the LPIPS margin to the nearest other one;
+it is *firm* when it is identified under every one-pixel shift of the reconstruction too (a near-tie that a shift
+overturns is within the judge's noise), *possible* when under at least one. The null references (the attack's
+initialisation, a blank, the batch mean at B >= 2) are read the same way: how often an attack that learnt nothing
+would be "identified". fedaudit/metrics/band.py turns these into the measured band's point and range.
 """
 
 from __future__ import annotations
