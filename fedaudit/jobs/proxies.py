@@ -14,21 +14,30 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
 from fedaudit.data.public import public_images
 from fedaudit.errors import InputError, NotApplicable, RuntimeFailure
+from fedaudit.session import Session
+from fedaudit.threat_model import ThreatModel
 from fedaudit.verdict.simulated_client import recipe, recorded_chain, simulated_client
-
-if TYPE_CHECKING:
-    from fedaudit.jobs.reconstruct import ReconstructJob
 
 DEFAULT = 3  # proxies per run: docs/results/verdict.md
 
 
-def pool(job: ReconstructJob) -> tuple[torch.Tensor | None, str]:
+class ProxiedJob(Protocol):
+    """What a run offers its proxies (fedaudit/jobs/reconstruct.py's ReconstructJob): its session and threat model,
+    and the same run on another threat model with given labels."""
+
+    session: Session
+    tm: ThreatModel
+
+    def proxy(self, session: Session, tm: ThreatModel, labels: list[int]) -> Any: ...
+
+
+def pool(job: ProxiedJob) -> tuple[torch.Tensor | None, str]:
     """The images proxies are drawn from and where they come from, or (None, why there are none)."""
     aux = job.session.aux
     shape = tuple(job.tm.spec.input_shape)
@@ -37,10 +46,8 @@ def pool(job: ReconstructJob) -> tuple[torch.Tensor | None, str]:
     return public_images(shape)
 
 
-def run_proxies(job: ReconstructJob, labels: list[int], count: int) -> dict[str, Any]:
+def run_proxies(job: ProxiedJob, labels: list[int], count: int) -> dict[str, Any]:
     """Run ``count`` proxies of ``job`` with ``labels``; ``{"proxies": [records], "warnings": [...], ...}``."""
-    from fedaudit.jobs.reconstruct import ReconstructJob
-
     t0 = time.perf_counter()
     images, source = pool(job)
     if images is None:
@@ -71,9 +78,7 @@ def run_proxies(job: ReconstructJob, labels: list[int], count: int) -> dict[str,
             sys.stderr.flush()
         try:
             sim, truth = simulated_client(tm, session, images[pick], y, cfg, chain, seed)
-            proxy = ReconstructJob(sub, sim, job.attack, job.options, job.loop, given_labels=labels,
-                                   multi_step=job.multi_step, proxies=0)
-            result = proxy.run(truth)
+            result = job.proxy(sub, sim, labels).run(truth)
         except (InputError, NotApplicable, RuntimeFailure, ValueError, RuntimeError) as e:
             warnings.append(f"proxy {j} could not be measured: {e}")
             continue

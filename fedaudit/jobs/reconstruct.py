@@ -192,6 +192,12 @@ class ReconstructJob:
         if self.gate not in GATES:
             raise InputError(f"--gate must be one of {', '.join(GATES)}, got {self.gate!r}")
 
+    def proxy(self, session: Session, tm: ThreatModel, labels: list[int]) -> ReconstructJob:
+        """This run on a proxy batch's threat model (fedaudit/jobs/proxies.py): the same attack, options, loop
+        settings and multi-step mode, the proxy's labels given, and no proxies of its own."""
+        return ReconstructJob(session, tm, self.attack, self.options, self.loop, given_labels=labels,
+                              multi_step=self.multi_step, proxies=0, gate=self.gate)
+
     def why_not(self) -> list[str]:
         """Why this run cannot start on its threat model (the attack's needs, then its label method's), or []."""
         reasons = [f"{self.attack}: {r}" for r in self.attack_cls.why_not(self.tm)]
