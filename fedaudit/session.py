@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from fedaudit.data.public import builtin
 from fedaudit.device import resolve_device
 from fedaudit.errors import InputError
 from fedaudit.io.images import load_images, parse_labels
@@ -56,6 +57,10 @@ class AuxSource:
             return Aux.dummies(spec, self.num_dummy, seed)
         if self.path is None:
             return None
+        if str(self.path).startswith("builtin:"):  # an offline public set, resized to the model's input
+            images, labels = builtin(str(self.path).split(":", 1)[1], tuple(spec.input_shape))
+            fits = bool(labels.max() < spec.num_classes)  # CIFAR-100's or ImageNet's classes for a 10-class model: none
+            return Aux(images, labels if fits and not self.labels else None, "images")
         batch = load_images(self.path, spec.input_shape, resize=self.resize)
         y = parse_labels(self.labels, batch, spec.num_classes) if (self.labels or batch.labels is not None) else None
         return Aux(batch.images, y, "images")

@@ -49,5 +49,5 @@ def test_every_readme_block_runs_verbatim(tmp_path):
     assert "Traceback" not in res.stderr
     for made in ("inspect.json", "labels.json", "quick/report.html", "quick/proxies/0.png", "quick_scored/report.html",
                  "measured.json", "my_update.safetensors", "my_truth.safetensors", "my_fedavg_report/report.html",
-                 "gdbr.json", "matrix/audit.html", "round.json"):
+                 "gdbr.json", "zlg.json", "matrix/audit.html", "round.json"):
         assert (tmp_path / made).exists(), made

@@ -11,6 +11,7 @@ from fedaudit import __version__
 from fedaudit.cli.commands import (
     audit,
     audit_round,
+    aux,
     capture,
     defend,
     importers,
@@ -55,7 +56,7 @@ def make_app() -> typer.Typer:
         """fedaudit: label recovery, reconstruction attacks, defenses and reports for captured FL updates."""
 
     for module in (models, inspect, labels, reconstruct, defend, audit, audit_round, capture, importers, init_checkpoint, score,
-                   lpips_export, train_inverter, train_critic):
+                   lpips_export, train_inverter, train_critic, aux):
         module.register(app)
     return app
 

@@ -56,7 +56,9 @@ ITERATIONS_ENV = "FEDAUDIT_ITERATIONS"  # -n for every attack when not given (CI
 PARAMS: dict[str, P] = {p.name: p for p in [
     P("checkpoint", P.POSITIONAL_OR_KEYWORD, annotation=CheckpointArg),
     P("update", P.POSITIONAL_OR_KEYWORD, annotation=UpdateArg),
-    _kw("aux", None, Annotated[Optional[Path], typer.Option("--aux", help="Auxiliary (public) images: folder, image or .safetensors.")]),
+    _kw("aux", None, Annotated[Optional[Path], typer.Option("--aux", help=(
+        "Auxiliary (public) images: folder, image or .safetensors, or builtin:cifar10 | builtin:cifar100 | "
+        "builtin:imagenet | builtin:digits (offline sets, resized to the model's input)."))]),
     _kw("aux_labels", None, Annotated[Optional[str], typer.Option("--aux-labels", help="Labels of the aux images: '3,1,...' or 'names'.")]),
     _kw("dummy", False, Annotated[bool, typer.Option("--dummy", help="Use N(0,1) dummy inputs instead of aux images.")]),
     _kw("num_dummy", 1000, Annotated[int, typer.Option("--num-dummy", help="How many dummies.")]),

