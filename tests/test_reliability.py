@@ -118,7 +118,7 @@ def test_a_finished_run_removes_its_resume_checkpoint(cli, tmp_path):
 @pytest.mark.parametrize("args,message", [
     (["reconstruct", "ig", "--tv", "-3"], "--tv must be >= 0"),
     (["reconstruct", "ig", "--lr", "nan"], "not a finite number"),
-    (["reconstruct", "ig", "-n", "0"], ">= 1"),
+    (["reconstruct", "ig", "-n", "0"], "--iterations must be > 0"),
     (["defend", "dp", "--eps", "-1"], "--eps must be >= 0"),
 ])
 def test_numeric_options_are_checked_before_any_work(cli, tmp_path, args, message):

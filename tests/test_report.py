@@ -119,3 +119,14 @@ def test_unwritable_output_folder(tmp_path):
         OutputDir(tmp_path / "a" / "b")
     with pytest.raises(InputError, match="not a folder"):
         OutputDir(blocker, force=True)
+
+
+def test_report_tables_escape_and_read_as_a_person_would():
+    from fedaudit.report.tables import MAX_ROWS, cell, table
+
+    html = table({"<script>": "<b>x</b>", "ok": True, "missing": None, "ratio": 0.123456, "nested": {"a": [1, 2]},
+                  "rows": [{"k": 1}, {"k": 2, "j": False}], "long": list(range(MAX_ROWS + 5))})
+    assert "<script>" not in html and "&lt;script&gt;" in html and "&lt;b&gt;x&lt;/b&gt;" in html
+    assert ">yes<" in html and ">n/a<" in html and ">0.1235<" in html and ">no<" in html
+    assert "(5 more)" in html and "<pre>" not in html
+    assert cell([]) == "(none)" and cell({}) == "(none)"

@@ -3,12 +3,12 @@ metrics, risk band and image grid (truth above reconstruction), plus each defens
 
 from __future__ import annotations
 
-import json
 from html import escape as e
 from typing import Any
 
 from fedaudit.report.html import _CSS, _band, _num, _uri
 from fedaudit.report.label_lines import self_check_html
+from fedaudit.report.tables import table
 
 
 def render_audit_html(audit: dict[str, Any], grids: dict[str, bytes]) -> str:
@@ -50,6 +50,6 @@ def render_audit_html(audit: dict[str, Any], grids: dict[str, bytes]) -> str:
                              f"<br><a href='{e(c['report'].replace('.json', '.html'))}'>cell report</a>{img}</td>")
         parts.append("</tr>")
     parts.append("</table>")
-    parts.append(f"<h2>Plan and inputs</h2><pre>{e(json.dumps({k: audit.get(k) for k in ('plan', 'inputs', 'timings')}, indent=2))}</pre>")
+    parts.append("<h2>Plan and inputs</h2>" + table({k: audit.get(k) for k in ("plan", "inputs", "timings")}))
     parts.append("</body></html>\n")
     return "".join(parts)

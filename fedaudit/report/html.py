@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import base64
-import json
 from html import escape
 from typing import Any
 
 from fedaudit.report.label_lines import summary_line
+from fedaudit.report.tables import table
 
 _CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px;color:#222}
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}
@@ -185,13 +185,13 @@ def render_html(report: dict[str, Any], grid_png: bytes | None, image_pngs: list
             parts.append(f"<p><b>{e(recovered['images_note'])}</b></p>")
         parts.append("<h2>Recovered beyond images</h2><p>Per-sample logits, confidences and output-layer inputs are "
                      "leakage in themselves (features in reconstruction.safetensors).</p>"
-                     f"<pre>{e(json.dumps({k: v for k, v in recovered.items() if k != 'logits'}, indent=2))}</pre>")
+                     + table({k: v for k, v in recovered.items() if k != 'logits'}))
     details = (report.get("attack") or {}).get("details") if isinstance(report.get("attack"), dict) else None
     if details:
-        parts.append(f"<h2>Attack details</h2><pre>{e(json.dumps(details, indent=2))}</pre>")
+        parts.append("<h2>Attack details</h2>" + table(details))
     if "features" in metrics:
         features = {k: v for k, v in metrics["features"].items() if k != "pairs"}
-        parts.append(f"<h2>Feature recovery (vs truth)</h2><pre>{e(json.dumps(features, indent=2))}</pre>")
+        parts.append("<h2>Feature recovery (vs truth)</h2>" + table(features))
     if image_metrics:
         parts.append("<h2>Per image</h2><table><tr><th>truth</th><th>recon</th><th>image</th><th>PSNR</th>"
                      "<th>vs blank</th><th>SSIM</th><th>LPIPS</th><th>identified</th><th>firm</th><th>possible</th>"
@@ -209,15 +209,15 @@ def render_html(report: dict[str, Any], grid_png: bytes | None, image_pngs: list
     if report.get("evidence"):
         parts.append(_proxies(report["evidence"].get("proxies") or {}, proxy_pngs or []))
         shown = {k: v for k, v in report["evidence"].items() if k not in ("verdict", "proxies")}
-        parts.append(f"<h2>Truth-free evidence</h2><pre>{e(json.dumps(shown, indent=2, default=str))}</pre>")
+        parts.append("<h2>Truth-free evidence</h2>" + table(shown))
     if report.get("labels"):
         parts.append("<h2>Labels</h2>" + _labels_summary(report["labels"])
-                     + f"<pre>{e(json.dumps(report['labels'], indent=2))}</pre>")
+                     + table(report["labels"]))
     parts.append("<h2>Inputs</h2><table><tr><th class='l'>role</th><th class='l'>path</th><th class='l'>sha256</th></tr>")
     for role, inp in report.get("inputs", {}).items():
         parts.append(f"<tr><td class='l'>{e(role)}</td><td class='l'>{e(str(inp['path']))}</td><td class='h'>{e(str(inp['sha256']))}</td></tr>")
     parts.append("</table>")
     settings = {k: report.get(k) for k in ("options", "seed", "environment", "timings")}
-    parts.append(f"<h2>Options, environment, timings</h2><pre>{e(json.dumps(settings, indent=2))}</pre>")
+    parts.append("<h2>Options, environment, timings</h2>" + table(settings))
     parts.append("</body></html>\n")
     return "".join(parts)

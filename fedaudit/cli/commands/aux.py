@@ -34,7 +34,7 @@ def register(app) -> None:
         from fedaudit.io.files import write_safetensors
 
         refuse_existing(output, force)
-        shape = OWN_SHAPE.get(name, (3, 32, 32))  # an unknown name is refused by builtin() below
+        shape: tuple[int, ...] = OWN_SHAPE.get(name, (3, 32, 32))  # an unknown name: refused by builtin() below
         if input_shape:
             try:
                 shape = tuple(int(v) for v in input_shape.split(","))
