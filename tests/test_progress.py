@@ -29,3 +29,20 @@ def test_the_display_follows_the_mode():
     assert isinstance(progress_display(False, "lines"), LineProgress)
     assert not isinstance(progress_display(True, "lines"), LineProgress)  # --quiet wins
     assert progress_display(False, "off").disable and progress_display(False, "auto") is not None
+
+
+def test_a_label_method_that_runs_long_prints_a_heartbeat(capsys, monkeypatch):
+    import time
+
+    from fedaudit.attacks.progress import Heartbeat
+
+    monkeypatch.setenv("FEDAUDIT_PROGRESS_EVERY", "0.05")
+    with Heartbeat("labels client-fit"):
+        time.sleep(0.3)
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("fedaudit: labels client-fit: running, ")]
+    assert len(lines) >= 2
+    with Heartbeat("labels quiet", quiet=True):
+        time.sleep(0.15)
+    with Heartbeat("labels short"):  # ends before its first line is due
+        pass
+    assert capsys.readouterr().err == ""

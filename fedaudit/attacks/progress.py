@@ -7,12 +7,15 @@
 * ``off`` (and ``--quiet``): nothing.
 
 Both displays take the calls the optimisation loop makes (``add_task``, ``update``, ``advance``, a ``with`` block).
+Work that has no iterations to count (a label method simulating clients) runs inside a ``Heartbeat``: a line with
+the elapsed time every ``FEDAUDIT_PROGRESS_EVERY`` seconds while it runs, so no long step is silent.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from typing import Any
 
@@ -79,3 +82,32 @@ def progress_display(quiet: bool, mode: str = "auto") -> Progress | LineProgress
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                     TextColumn("loss {task.fields[loss]}"), console=console, transient=True,
                     redirect_stdout=False, redirect_stderr=False, disable=quiet or mode != "bar")
+
+
+class Heartbeat:
+    """While the ``with`` block runs, a line ``fedaudit: WHAT: running, N s`` every ``FEDAUDIT_PROGRESS_EVERY``
+    seconds (default 30) on stderr, from a background thread; nothing when ``quiet`` or ``mode`` is off, nothing
+    for a block that ends before the first line is due."""
+
+    def __init__(self, what: str, quiet: bool = False, mode: str = "auto"):
+        self.what, self.active = what, not quiet and mode != "off"
+        self.every = float(os.environ.get("FEDAUDIT_PROGRESS_EVERY", EVERY))
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _beat(self) -> None:
+        start = time.perf_counter()
+        while not self._stop.wait(self.every):
+            sys.stderr.write(f"fedaudit: {self.what}: running, {time.perf_counter() - start:.0f} s\n")
+            sys.stderr.flush()
+
+    def __enter__(self) -> Heartbeat:
+        if self.active:
+            self._thread = threading.Thread(target=self._beat, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()

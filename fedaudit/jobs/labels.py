@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from fedaudit.attacks.progress import Heartbeat
 from fedaudit.channels import bn_statistics
 from fedaudit.io.truth import Truth, check_truth
 from fedaudit.labels import LABEL_METHODS
@@ -87,7 +88,8 @@ class LabelJob:
         cls = type(self.instance)
         mismatch = check_truth(truth, self.tm.update.sha256, self.truth_mismatch) if truth is not None else None
         t0 = time.perf_counter()
-        result = self.result()
+        with Heartbeat(f"labels {self.method}", self.session.quiet, self.session.progress):
+            result = self.result()
         elapsed = time.perf_counter() - t0
         aux = self.session.aux
         out = {
@@ -114,8 +116,10 @@ class LabelJob:
                               "InsAcc_above_floor": metrics["InsAcc"] - float(floor["InsAcc"])}
         evidence = label_evidence(self.tm, self.session, self.method, result)  # truth-free (docs/methods/verdict.md)
         if self.self_check > 0:  # truth-free: the method re-run on simulated clients (docs/methods/labels.md)
-            evidence["self_check"] = self_check(self.tm, self.session, self.method, self.options, result,
-                                                self.self_check)
+            with Heartbeat(f"labels {self.method} self-check ({2 * self.self_check} simulated clients)",
+                           self.session.quiet, self.session.progress):
+                evidence["self_check"] = self_check(self.tm, self.session, self.method, self.options, result,
+                                                    self.self_check)
         out["evidence"] = evidence
         mismatched = [mismatch + "; the metrics are not this update's"] if mismatch else []
         out["warnings"] = list(result.warnings) + self.reliability_warnings(result, evidence) + mismatched

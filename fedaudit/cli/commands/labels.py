@@ -10,7 +10,7 @@ from fedaudit.cli.shared import aux_source, params, session_from
 from fedaudit.cli.subcommands import method_subcommands
 
 COMMON = params("checkpoint", "update", "aux", "aux_labels", "dummy", "num_dummy", "resize", "batch_size", "truth", "truth_mismatch",
-                "self_check", "seed", "device", "output", "force", "quiet", "allow_custom_arch", "ignore_base_mismatch")
+                "self_check", "seed", "device", "output", "force", "quiet", "progress", "allow_custom_arch", "ignore_base_mismatch")
 
 
 def _table(out: dict) -> Table:
