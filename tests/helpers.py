@@ -37,9 +37,10 @@ class Cli:
             self.runner = CliRunner()
 
     def __call__(self, *args, expect: int | None = 0):
-        # no proxy batches unless a test asks (--proxies N): they multiply an attack's cost by N + 1
+        # no proxy batches unless a test asks (--proxies N): they multiply an attack's cost by N + 1; no progress
+        # lines (a loaded machine would print them into stderr that tests read; tests/test_progress.py asks for them)
         result = self.runner.invoke(app, [str(a) for a in args], env={"NO_COLOR": "1", "COLUMNS": "120",
-                                                                        "FEDAUDIT_PROXIES": "0"})
+                                                                        "FEDAUDIT_PROXIES": "0", "FEDAUDIT_PROGRESS": "off"})
         if expect is not None:
             assert result.exit_code == expect, (result.exit_code, result.stdout, result.stderr, result.exception)
         return result
@@ -52,7 +53,8 @@ class Cli:
 def run_module(*args, cwd=ROOT) -> subprocess.CompletedProcess:
     """``python -m fedaudit ...`` in a subprocess (what a shell pipeline sees)."""
     return subprocess.run([sys.executable, "-m", "fedaudit", *map(str, args)], cwd=cwd, capture_output=True,
-                          text=True, env={"NO_COLOR": "1", "COLUMNS": "120", "PATH": "/usr/bin:/bin", "FEDAUDIT_PROXIES": "0"},
+                          text=True, env={"NO_COLOR": "1", "COLUMNS": "120", "PATH": "/usr/bin:/bin", "FEDAUDIT_PROXIES": "0",
+                               "FEDAUDIT_PROGRESS": "off"},
                           timeout=300)
 
 
