@@ -21,6 +21,7 @@ def cli(capsys, monkeypatch):
 
     monkeypatch.setenv("NO_COLOR", "1")
     monkeypatch.setenv("FEDAUDIT_PROXIES", "0")
+    monkeypatch.setenv("FEDAUDIT_PROGRESS", "off")
 
     def run(*args, expect=None):
         monkeypatch.setattr(sys, "argv", ["fedaudit", *map(str, args)])
