@@ -46,3 +46,18 @@ def test_a_label_method_that_runs_long_prints_a_heartbeat(capsys, monkeypatch):
     with Heartbeat("labels short"):  # ends before its first line is due
         pass
     assert capsys.readouterr().err == ""
+
+
+def test_a_run_predicted_past_ten_minutes_says_so_early(capsys, monkeypatch):
+    import time
+
+    from fedaudit.attacks import progress
+
+    monkeypatch.setattr(progress, "WARM_UP", 0.05)
+    with LineProgress(every=1e9) as display:
+        task = display.add_task("ig restart 1/1", total=1e9, loss="-")
+        time.sleep(0.06)
+        display.advance(task)
+        display.advance(task)
+    err = capsys.readouterr().err
+    assert err.count("predicted to take about") == 1 and "fewer iterations (-n)" in err

@@ -24,6 +24,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 
 MODES = ("auto", "bar", "lines", "off")
 EVERY = 30.0  # seconds between two progress lines (FEDAUDIT_PROGRESS_EVERY overrides)
+LONG = 600.0  # a run predicted (from its own pace after WARM_UP seconds) to take longer says so once, early
+WARM_UP = 2.0
 
 
 class LineProgress:
@@ -44,7 +46,8 @@ class LineProgress:
     def add_task(self, description: str, total: float, **fields) -> TaskID:
         now = time.perf_counter()
         self.tasks[len(self.tasks)] = {"description": description, "total": total, "completed": 0.0,
-                                       "fields": fields, "start": now, "last": now, "printed_at": None}
+                                       "fields": fields, "start": now, "last": now, "printed_at": None,
+                                       "predicted": False}
         return TaskID(len(self.tasks) - 1)
 
     def update(self, task_id: TaskID, description: str | None = None, **fields) -> None:
@@ -57,6 +60,15 @@ class LineProgress:
         task = self.tasks[task_id]
         task["completed"] += advance
         now = time.perf_counter()
+        elapsed = now - task["start"]
+        if not task["predicted"] and elapsed >= WARM_UP and task["completed"]:
+            task["predicted"] = True
+            total = elapsed / task["completed"] * task["total"]
+            if total > LONG:
+                sys.stderr.write(f"fedaudit: {task['description']}: predicted to take about {total / 60:.0f} min at "
+                                 f"this pace ({int(task['total'])} iterations); fewer iterations (-n) or a GPU "
+                                 "shortens it\n")
+                sys.stderr.flush()
         if now - task["last"] >= self.every:
             task["last"] = now
             self._line(task)
