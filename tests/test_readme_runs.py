@@ -1,6 +1,6 @@
 """Every shell block of the README after its set-up commands runs word for word, in order, on the shipped samples
-(issue 65): the Quick start cannot drift from the tool again. Budgets are cut by ``FEDAUDIT_ITERATIONS`` (the README
-shows none) and one proxy batch instead of three; the set-up blocks are what CI itself runs (tests/test_readme.py)."""
+(issue 65): the Quick start cannot drift from the tool again. Budgets are capped by ``FEDAUDIT_MAX_ITERATIONS`` (the README
+need not show it) and one proxy batch runs instead of three; the set-up blocks are what CI itself runs (tests/test_readme.py)."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def test_every_readme_block_runs_verbatim(tmp_path):
     script = "\n".join(["set -euo pipefail", *[b.replace("source .venv/bin/activate", ": venv on PATH")
                                                   for b in readme_blocks()]])
     env = {**os.environ, "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}", "NO_COLOR": "1",
-           "FEDAUDIT_ITERATIONS": "5", "FEDAUDIT_PROXIES": "1", "PYTHONPATH": str(tmp_path)}
+           "FEDAUDIT_MAX_ITERATIONS": "5", "FEDAUDIT_PROXIES": "1", "PYTHONPATH": str(tmp_path)}
     res = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "Traceback" not in res.stderr

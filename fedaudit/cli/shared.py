@@ -50,8 +50,6 @@ def flag(name: str, kind: Any, help_text: str, *flags: str, default: Any = P.emp
     return _kw(name, default, Annotated[kind, typer.Option(*flags, help=help_text, show_default=show, envvar=envvar)])
 
 
-ITERATIONS_ENV = "FEDAUDIT_ITERATIONS"  # -n for every attack when not given (CI smoke runs, the README's test)
-
 
 PARAMS: dict[str, P] = {p.name: p for p in [
     P("checkpoint", P.POSITIONAL_OR_KEYWORD, annotation=CheckpointArg),

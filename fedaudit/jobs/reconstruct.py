@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,23 @@ from fedaudit.verdict.estimate import estimate
 from fedaudit.verdict.reconstruction import reconstruction_evidence
 
 MULTI_STEP = ("merged", "unroll")
+MAX_ITERATIONS_ENV = "FEDAUDIT_MAX_ITERATIONS"
+
+
+def max_iterations() -> int | None:
+    """``FEDAUDIT_MAX_ITERATIONS``: every attack runs at most this many iterations, whatever its ``-n``, and its report
+    says so. For smoke runs of a pipeline's plumbing (the README's commands run under it in the tests), never for a
+    verdict: a capped run's band shows little about leakage."""
+    text = os.environ.get(MAX_ITERATIONS_ENV)
+    if not text:
+        return None
+    try:
+        cap = int(text)
+    except ValueError:
+        raise InputError(f"{MAX_ITERATIONS_ENV} must be a positive integer, got {text!r}") from None
+    if cap < 1:
+        raise InputError(f"{MAX_ITERATIONS_ENV} must be a positive integer, got {text!r}")
+    return cap
 SHORT_BUDGET = 0.1  # a run under this fraction of the attack's default iterations gets a warning
 
 
@@ -182,6 +200,10 @@ class ReconstructJob:
         self.attack_cls = ATTACKS.get(self.attack)
         self.options = self.attack_cls.parse_options(self.options)
         self.settings = self.attack_cls.loop_settings(self.loop)
+        cap = max_iterations()
+        if cap is not None and self.settings["iterations"] > cap:  # a smoke run of the plumbing (module docstring)
+            self.settings["iterations"] = cap
+            self.settings["iterations_capped"] = f"{MAX_ITERATIONS_ENV}={cap}"
         self.label_method = self.labels or self.attack_cls.default_labels
         if self.label_self_check and (self.labels_file is not None or self.given_labels is not None):
             raise InputError("--self-check checks a label method's reading; labels from a file have none to check")
@@ -318,6 +340,8 @@ class ReconstructJob:
             warnings.append(
                 f"the images barely moved from their initialisation (mean pixel change {result.movement:.3f} over "
                 f"{result.iterations_run} iterations): this run shows nothing about leakage; raise --lr or --iterations")
+        if s.get("iterations_capped"):
+            warnings.append(f"iterations capped at {s['iterations']} by {s['iterations_capped']}: a smoke run, not a verdict")
         default = self.attack_cls.defaults["iterations"]
         if s["iterations"] < SHORT_BUDGET * default:
             warnings.append(f"{s['iterations']} iterations is under {SHORT_BUDGET:.0%} of {self.attack}'s default "

@@ -9,7 +9,7 @@ import typer
 
 from fedaudit.cli.console import emit_json, error_line, info_line
 from fedaudit.cli.errors import fail_exit
-from fedaudit.cli.shared import ITERATIONS_ENV, flag, params, session_from
+from fedaudit.cli.shared import flag, params, session_from
 from fedaudit.cli.subcommands import command_with
 from fedaudit.errors import EXIT_INTERRUPTED, EXIT_RUNTIME
 
@@ -23,8 +23,7 @@ PARAMS = params(
          "refiner:critic=FILE; chain with '+'.", default="none"),
     flag("attack_options", Optional[list[str]], "Options of one attack, e.g. 'rgla:inverter=inv.safetensors' or "
          "'fedleak:lr=0.03:tv=0.2' (lr, schedule, iterations and restarts are accepted too); repeatable.", default=None),
-    flag("iterations", Optional[int], "Iterations for every attack (default: each attack's own).", "--iterations", "-n", default=None,
-         envvar=ITERATIONS_ENV),
+    flag("iterations", Optional[int], "Iterations for every attack (default: each attack's own).", "--iterations", "-n", default=None),
     flag("restarts", Optional[int], "Restarts for every attack (default: each attack's own).", default=None),
     flag("labels", Optional[str], "Label method for every attack (default: each attack's own).", default=None),
     flag("aux", Optional[Path], "Auxiliary images for label methods that use them.", default=None),

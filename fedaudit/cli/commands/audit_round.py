@@ -9,7 +9,7 @@ import typer
 
 from fedaudit.cli.console import emit_json, error_line, info_line
 from fedaudit.cli.errors import fail_exit
-from fedaudit.cli.shared import ITERATIONS_ENV, P, flag, params
+from fedaudit.cli.shared import P, flag, params
 from fedaudit.cli.subcommands import command_with
 from fedaudit.errors import EXIT_INPUT, EXIT_INTERRUPTED, EXIT_RUNTIME, InputError
 
@@ -18,8 +18,7 @@ PARAMS = [
         help="A recorded round: checkpoint.safetensors and clients/*.safetensors (what the Flower recorder writes).")]),
     flag("out", Path, "Output folder (created, or resumed: finished clients are skipped).", "--out", "-o"),
     flag("attacks", str, "Comma-separated attacks per client (none: labels only).", default="ig"),
-    flag("iterations", Optional[int], "Iterations per attack (default: each attack's own).", "--iterations", "-n", default=None,
-         envvar=ITERATIONS_ENV),
+    flag("iterations", Optional[int], "Iterations per attack (default: each attack's own).", "--iterations", "-n", default=None),
     flag("restarts", Optional[int], "Restarts per attack (>= 2 adds restart agreement to the evidence).", default=None),
     flag("labels", str, "Label method (see 'fedaudit labels').", default="auto"),
     flag("aux", Optional[Path], "Auxiliary images for the label methods that use them.", default=None),

@@ -10,7 +10,7 @@ import typer
 from fedaudit.catalog import MethodInfo, family
 from fedaudit.cli.console import emit_json, info_line
 from fedaudit.cli.errors import fail_exit
-from fedaudit.cli.shared import ITERATIONS_ENV, P, aux_source, flag, params, session_from
+from fedaudit.cli.shared import P, aux_source, flag, params, session_from
 from fedaudit.cli.subcommands import method_subcommands
 from fedaudit.errors import EXIT_INTERRUPTED, InputError
 
@@ -31,8 +31,7 @@ _FLAGS = {"iterations": ("--iterations", "-n")}
 def _loop_params(defaults: dict) -> list[P]:
     """--iterations/--restarts/--lr/--schedule, with this attack's defaults in the help text."""
     return [P(o.name.replace("-", "_"), P.KEYWORD_ONLY, default=None, annotation=Annotated[Optional[o.type], typer.Option(
-        *_FLAGS.get(o.name, (f"--{o.name}",)), help=f"{o.help} This attack's default: {defaults[o.name]}.",
-        envvar=ITERATIONS_ENV if o.name == "iterations" else None)])
+        *_FLAGS.get(o.name, (f"--{o.name}",)), help=f"{o.help} This attack's default: {defaults[o.name]}.")])
         for o in family("attacks").loop_options]
 
 
