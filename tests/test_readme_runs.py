@@ -48,6 +48,6 @@ def test_every_readme_block_runs_verbatim(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     assert "Traceback" not in res.stderr
     for made in ("inspect.json", "labels.json", "quick/report.html", "quick/proxies/0.png", "quick_scored/report.html",
-                 "measured.json", "my_update.safetensors", "my_truth.safetensors", "my_fedavg_report/report.html",
+                 "measured.json", "my_update.safetensors", "my_truth.safetensors", "my_fedavg.safetensors", "my_report/report.html",
                  "gdbr.json", "zlg.json", "matrix/audit.html", "round.json"):
         assert (tmp_path / made).exists(), made
