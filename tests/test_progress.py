@@ -13,15 +13,15 @@ from .helpers import ROOT, sample
 
 def test_a_reconstruction_piped_to_a_log_leaves_progress_lines(tmp_path):
     ckpt, upd, _ = sample("lenet_b1")
-    env = {**os.environ, "NO_COLOR": "1", "FEDAUDIT_PROGRESS_EVERY": "0.2", "FEDAUDIT_PROXIES": "1"}
+    env = {**os.environ, "NO_COLOR": "1", "FEDAUDIT_PROGRESS_EVERY": "0.1", "FEDAUDIT_PROXIES": "1"}
     res = subprocess.run([sys.executable, "-m", "fedaudit", "reconstruct", "ig", str(ckpt), str(upd), "-o",
-                          str(tmp_path / "o"), "-n", "300"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          str(tmp_path / "o"), "-n", "150"], cwd=ROOT, env=env, capture_output=True, text=True,
                          timeout=300)
     assert res.returncode == 0, res.stderr
     lines = [ln for ln in res.stderr.splitlines() if ln.startswith("fedaudit: ig restart 1/1: ")]
     assert len(lines) >= 2, res.stderr
     assert all("loss" in ln and "elapsed" in ln and "ETA" in ln for ln in lines)
-    assert lines[-1].split(": ")[2].startswith("300/300")  # the last line is the finished count
+    assert lines[-1].split(": ")[2].startswith("150/150")  # the last line is the finished count
     assert "fedaudit: proxy 1/1:" in res.stderr  # the proxy's own lines say whose they are
 
 

@@ -53,7 +53,7 @@ def test_a_converged_b1_photograph_without_truth_gates_fail_on_high(cli, tmp_pat
     html = (out / "report.html").read_text()
     assert "Leakage risk:" in html and "Proxy batches" in html and "How to read it" in html
     # the same run gated on its lower end passes what its upper end fails, and says so
-    low = cli("reconstruct", "ig", ckpt, upd, "-o", tmp_path / "lower", "-n", "200", "--proxies", "2",
+    low = cli("reconstruct", "ig", ckpt, upd, "-o", tmp_path / "lower", "-n", "200", "--proxies", "0",
               "--fail-on", "very_high", "--gate", "lower", expect=None)
     gate = json.loads(low.stdout)
     assert gate["gate"] == "lower" and gate["band_for_fail_on"] == gate["risk_band_estimated_range"][0]

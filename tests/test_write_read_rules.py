@@ -11,7 +11,7 @@ from .helpers import assert_one_error_line, sample
 
 
 @pytest.mark.parametrize("flags, fragment", [
-    (("--lr", "nan"), "finite --lr > 0"), (("--lr", "inf"), "finite --lr > 0"),
+    (("--lr", "nan"), "needs --lr, a finite step size > 0"), (("--lr", "inf"), "needs --lr, a finite step size > 0"),
     (("--lr", "0.1", "--momentum", "1.5"), "--momentum must be in [0, 1)"),
     (("--lr", "0.1", "--momentum", "nan"), "--momentum must be in [0, 1)"),
 ])

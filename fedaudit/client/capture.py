@@ -61,7 +61,7 @@ def _validate(cfg: CaptureConfig, n: int) -> str:
         if n != cfg.batch_size:
             raise InputError(f"a one-step gradient uses exactly one batch: {n} images but --batch-size {cfg.batch_size}")
     elif cfg.lr is None or not (0 < cfg.lr < math.inf):
-        raise InputError(f"a {kind} upload needs a finite --lr > 0, got {cfg.lr}")
+        raise InputError(f"a {kind} upload needs --lr, a finite step size > 0 (got {cfg.lr})")
     if not (0 <= cfg.momentum < 1) or not (0 <= cfg.weight_decay < math.inf):  # NaN fails both
         raise InputError(f"--momentum must be in [0, 1) and --weight-decay finite and >= 0; got {cfg.momentum}, "
                          f"{cfg.weight_decay}")
