@@ -32,6 +32,8 @@ def test_the_real_run_is_placed_among_its_proxies():
                        [proxy(0, "low", "low", "low", 11.0), proxy(1, "medium", "low", "medium", 12.5)])
     assert above["band"] == "medium" and above["range"] == ["low", "very_high"] and above["outside_proxies"]
     assert calibrated(RULE, []) is RULE
+    with_caveat = calibrated({**RULE, "caveats": ["labels near a guess"]}, [proxy(0, "low", "low", "medium", 11.0)])
+    assert with_caveat["caveats"] == ["labels near a guess"]  # the proxies, given their labels, cannot see it
 
 
 def test_a_converged_b1_photograph_without_truth_gates_fail_on_high(cli, tmp_path):

@@ -24,8 +24,6 @@ from fedaudit.session import Session
 from fedaudit.threat_model import ThreatModel
 from fedaudit.verdict.simulated_client import recipe, recorded_chain, simulated_client
 
-DEFAULT = 3  # proxies per run: docs/results/verdict.md
-
 
 class ProxiedJob(Protocol):
     """What a run offers its proxies (fedaudit/jobs/reconstruct.py's ReconstructJob): its session and threat model,
@@ -63,7 +61,6 @@ def run_proxies(job: ProxiedJob, labels: list[int], count: int) -> dict[str, Any
         return {"requested": count, "proxies": [], "not_applicable": f"no proxies: {e}"}
     y = torch.as_tensor(labels, dtype=torch.long)
     n = len(y)
-    sub = session.replace(quiet=session.quiet)
     records: list[dict[str, Any]] = []
     warnings: list[str] = []
     interrupted = False
@@ -78,7 +75,7 @@ def run_proxies(job: ProxiedJob, labels: list[int], count: int) -> dict[str, Any
             sys.stderr.flush()
         try:
             sim, truth = simulated_client(tm, session, images[pick], y, cfg, chain, seed)
-            result = job.proxy(sub, sim, labels).run(truth)
+            result = job.proxy(session, sim, labels).run(truth)
         except (InputError, NotApplicable, RuntimeFailure, ValueError, RuntimeError) as e:
             warnings.append(f"proxy {j} could not be measured: {e}")
             continue

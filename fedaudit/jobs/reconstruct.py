@@ -44,6 +44,7 @@ from fedaudit.verdict.reconstruction import reconstruction_evidence
 
 MULTI_STEP = ("merged", "unroll")
 MAX_ITERATIONS_ENV = "FEDAUDIT_MAX_ITERATIONS"
+SHORT_BUDGET = 0.1  # a run under this fraction of the attack's default iterations gets a warning
 
 
 def max_iterations() -> int | None:
@@ -60,7 +61,14 @@ def max_iterations() -> int | None:
     if cap < 1:
         raise InputError(f"{MAX_ITERATIONS_ENV} must be a positive integer, got {text!r}")
     return cap
-SHORT_BUDGET = 0.1  # a run under this fraction of the attack's default iterations gets a warning
+
+
+def check_counts(proxies: int, checkpoint_every: int) -> None:
+    """``--proxies`` and ``--checkpoint-every`` are counts (>= 0): refused by the CLI before anything is read, and by
+    the job for callers in Python."""
+    for flag, value in (("--proxies", proxies), ("--checkpoint-every", checkpoint_every)):
+        if value < 0:
+            raise InputError(f"{flag} must be >= 0, got {value}")
 
 
 def read_labels_file(path: Path, expected: int, num_classes: int) -> list[int]:
@@ -209,8 +217,7 @@ class ReconstructJob:
             raise InputError("--self-check checks a label method's reading; labels from a file have none to check")
         if self.multi_step not in MULTI_STEP:
             raise InputError(f"--multi-step must be one of {', '.join(MULTI_STEP)}")
-        if self.proxies < 0 or self.checkpoint_every < 0:
-            raise InputError(f"--proxies and --checkpoint-every must be >= 0, got {self.proxies}, {self.checkpoint_every}")
+        check_counts(self.proxies, self.checkpoint_every)
         if self.gate not in GATES:
             raise InputError(f"--gate must be one of {', '.join(GATES)}, got {self.gate!r}")
 
@@ -400,7 +407,7 @@ class ReconstructJob:
         out["proxies"] = {**run, "measured": [{k: v for k, v in p.items() if k not in ("images", "truth", "pairs")}
                                               for p in records]}
         if records:
-            out["verdict"] = {**calibrated(rule, records), **({"caveats": rule["caveats"]} if "caveats" in rule else {})}
+            out["verdict"] = calibrated(rule, records)
         return out, records
 
     def write(self, out: OutputDir, result: ReconstructResult, truth: Truth | None = None, prefix: str = "") -> None:

@@ -19,6 +19,13 @@ BLANKS = {"black": 0.0, "gray": 0.5}
 METHOD = "mean PSNR/SSIM of a constant image (black = 0, gray = 0.5) against every truth image; 'floor' is the higher"
 
 
+def blank_psnr_per_image(truth: torch.Tensor) -> torch.Tensor:
+    """Per image, the higher PSNR of a constant image (black, mid-gray) against it: that image's own blank floor (the
+    measured band reads PSNR against it, fedaudit/metrics/band.py)."""
+    truth = truth.float().cpu()
+    return torch.stack([psnr(torch.full_like(truth, v), truth) for v in BLANKS.values()]).max(0).values
+
+
 def blank_baseline(truth: torch.Tensor) -> dict[str, Any]:
     """Mean PSNR and SSIM of each constant image against ``truth`` [N,C,H,W] in [0,1], and the higher PSNR."""
     truth = truth.float().cpu()

@@ -9,8 +9,8 @@ import torch
 from fedaudit.metrics import ssim as ssim_mod
 from fedaudit.metrics.band import METHOD as BAND_METHOD
 from fedaudit.metrics.band import mean_interval, measured_band
-from fedaudit.metrics.blank import BLANKS, blank_baseline
 from fedaudit.metrics.blank import METHOD as BLANK_METHOD
+from fedaudit.metrics.blank import blank_baseline, blank_psnr_per_image
 from fedaudit.metrics.identification import METHOD as IDENT_METHOD
 from fedaudit.metrics.identification import identify, judge_net
 from fedaudit.metrics.lpips import load_lpips, lpips_distance
@@ -37,11 +37,6 @@ def _best_match_summary(recon: torch.Tensor, truth: torch.Tensor) -> dict[str, A
             "distinct_reconstructions": len({r for _, r in pairs})}
 
 
-def _blank_psnr(truth: torch.Tensor) -> torch.Tensor:
-    """Per image, the higher PSNR of a constant image (black, mid-gray) against it: that image's blank floor."""
-    return torch.stack([psnr(torch.full_like(truth, v), truth) for v in BLANKS.values()]).max(0).values
-
-
 def evaluate_images(recon: torch.Tensor, truth: torch.Tensor, lpips_net: str = "vgg",
                     lpips_weights: str | None = None, attacked_arch: str | None = None,
                     init: torch.Tensor | None = None, seed: int = 0) -> dict[str, Any]:
@@ -59,7 +54,7 @@ def evaluate_images(recon: torch.Tensor, truth: torch.Tensor, lpips_net: str = "
     judge = judge_net(attacked_arch, lpips_net)
     ident = identify(recon, truth, pairs, judge, lpips_weights if judge == lpips_net else None, init=init)
     found = {row["recon_index"]: row for row in ident.get("per_image", [])}
-    floor = _blank_psnr(b)
+    floor = blank_psnr_per_image(b)
     rows = []
     for i, (t, r) in enumerate(pairs):
         judged = found.get(int(r)) or {}

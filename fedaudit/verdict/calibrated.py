@@ -35,7 +35,8 @@ def _level(band: str) -> int:
 
 def calibrated(rule: dict[str, Any], proxies: list[dict[str, Any]]) -> dict[str, Any]:
     """The calibrated estimate from the real run's rule estimate ``rule`` and the proxies' records (each with
-    ``measured``: {"band", "range"} and ``score_db``); ``rule`` when no proxy was measured."""
+    ``measured``: {"band", "range"} and ``score_db``); ``rule`` when no proxy was measured. The rule's caveats
+    (a label reading near a guess) carry over: the proxies were given their labels, so they cannot see that."""
     measured = [p for p in proxies if p.get("measured") and p.get("score_db") is not None]
     if not measured or rule.get("score_db") is None:
         return rule
@@ -66,7 +67,7 @@ def calibrated(rule: dict[str, Any], proxies: list[dict[str, Any]]) -> dict[str,
                     f"measured {', '.join(_band_text(p['measured']) for p in measured)}; this run's evidence "
                     f"(rule score {s:.1f} dB) is {where}"),
             "rule": {key: rule.get(key) for key in ("band", "range", "confidence", "p_higher", "score_db")},
-            "outside_proxies": outside}
+            "outside_proxies": outside, **({"caveats": rule["caveats"]} if rule.get("caveats") else {})}
 
 
 def _band_text(measured: dict[str, Any]) -> str:

@@ -12,7 +12,7 @@ from fedaudit.cli.console import emit_json, info_line
 from fedaudit.cli.errors import fail_exit
 from fedaudit.cli.shared import P, aux_source, flag, params, session_from
 from fedaudit.cli.subcommands import method_subcommands
-from fedaudit.errors import EXIT_INTERRUPTED, InputError
+from fedaudit.errors import EXIT_INTERRUPTED
 
 _OWN = {p.name: p for p in [
     flag("out", Path, "Report folder to create.", "--out", "-o"),
@@ -48,14 +48,13 @@ def _reconstruct(cls, options: dict, kw: dict) -> None:
     from fedaudit.attacks.base import LOOP_OPTIONS
     from fedaudit.io.truth import check_truth, load_truth
     from fedaudit.jobs import ReconstructJob
+    from fedaudit.jobs.reconstruct import check_counts
     from fedaudit.report.outdir import OutputDir
 
     name = cls.name
     loop = {o.name: kw[o.name.replace("-", "_")] for o in LOOP_OPTIONS}
     cls.loop_settings(loop)  # bad loop settings are refused before anything is read
-    for count in ("proxies", "checkpoint_every"):  # counts refused before anything is read
-        if kw[count] < 0:
-            raise InputError(f"--{count.replace('_', '-')} must be >= 0, got {kw[count]}")
+    check_counts(kw["proxies"], kw["checkpoint_every"])  # before anything is read
     session = session_from(kw)
     outdir = OutputDir(kw["out"], force=session.force)
     with outdir:
