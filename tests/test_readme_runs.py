@@ -1,12 +1,17 @@
 """Every shell block of the README after its set-up commands runs word for word, in order, on the shipped samples
 (issue 65): the Quick start cannot drift from the tool again. Budgets are capped by ``FEDAUDIT_MAX_ITERATIONS`` (the README
-need not show it) and one proxy batch runs instead of three; the set-up blocks are what CI itself runs (tests/test_readme.py)."""
+need not show it) and one proxy batch runs instead of three; the set-up blocks are what CI itself runs (tests/test_readme.py).
+The ``fedaudit`` the script calls is a client of a fork server (tests/forkserver.py) that imported the CLI once: the
+same words, streams and exit codes without a torch import per command."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import tempfile
+import time
+from pathlib import Path
 
 import pytest
 
@@ -40,11 +45,23 @@ def test_the_readme_has_runnable_blocks_and_no_placeholders():
 def test_every_readme_block_runs_verbatim(tmp_path):
     for name in ("sample_updates", "benchmarks"):
         (tmp_path / name).symlink_to(ROOT / name)
-    script = "\n".join(["set -euo pipefail", *[b.replace("source .venv/bin/activate", ": venv on PATH")
-                                                  for b in readme_blocks()]])
     env = {**os.environ, "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}", "NO_COLOR": "1",
            "FEDAUDIT_MAX_ITERATIONS": "5", "FEDAUDIT_PROXIES": "1", "PYTHONPATH": str(tmp_path)}
-    res = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    forkserver = Path(__file__).with_name("forkserver.py")
+    sock = Path(tempfile.mkdtemp(prefix="fa-")) / "s"  # a Unix socket's path must stay short
+    server = subprocess.Popen([sys.executable, str(forkserver), "serve", str(sock)], cwd=tmp_path, env=env)
+    try:
+        while not sock.exists():
+            assert server.poll() is None, "the fork server did not start"
+            time.sleep(0.05)
+        script = "\n".join(["set -euo pipefail",
+                            f'fedaudit() {{ "{sys.executable}" "{forkserver}" client "{sock}" "$@"; }}',
+                            *[b.replace("source .venv/bin/activate", ": venv on PATH") for b in readme_blocks()]])
+        res = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
+                             timeout=900)
+    finally:
+        server.kill()
+        server.wait()
     assert res.returncode == 0, res.stderr[-3000:]
     assert "Traceback" not in res.stderr
     for made in ("inspect.json", "labels.json", "quick/report.html", "quick/proxies/0.png", "quick_scored/report.html",

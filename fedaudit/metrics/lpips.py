@@ -49,12 +49,26 @@ class LpipsModel:
 
 
 def _empty_lpips(net: str) -> nn.Module:
+    """LPIPS with the package's shipped linear heads and an uninitialised backbone (the caller loads it).
+
+    The model is built on the meta device: torchvision would otherwise initialise a whole VGG16 (its 120 M-parameter
+    classifier included) only for it to be overwritten, about 1 s of every scored run. The scaling layer's constant
+    buffers are rebuilt on the CPU and the heads read from the package's own file (tensors only)."""
     import lpips
 
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), torch.device("meta"):
         warnings.simplefilter("ignore")
-        # pnet_rand=True: build the backbone without downloading; pretrained=True: load the shipped heads.
-        return lpips.LPIPS(net=net, pretrained=True, pnet_rand=True, verbose=False)
+        # pnet_rand=True: build the backbone without downloading; the heads are loaded below.
+        model = lpips.LPIPS(net=net, pretrained=False, pnet_rand=True, verbose=False)
+    model = model.to_empty(device="cpu")
+    model.scaling_layer = lpips.ScalingLayer()
+    heads_file = Path(lpips.__file__).parent / "weights" / "v0.1" / f"{net}.pth"
+    heads = torch.load(heads_file, map_location="cpu", weights_only=True)
+    lin_keys = {k for k, _ in model.named_parameters() if k.startswith("lin")}  # lin0.. (lins.0.. aliases them)
+    if not lin_keys or lin_keys - set(heads):
+        raise ValueError(f"{heads_file} lacks LPIPS heads {sorted(lin_keys - set(heads))[:3]}")
+    model.load_state_dict({k: v for k, v in heads.items() if k in lin_keys}, strict=False)
+    return model
 
 
 def _from_jax(net: str, folder: Path) -> nn.Module:
