@@ -3,6 +3,7 @@ sources, batch sizes, recipes and budgets the old rule was never fitted on.
 
     .venv/bin/python -m benchmarks.verdict_transfer --runs 200 --shard 0/2 &     # collect (resumable), two shards
     .venv/bin/python -m benchmarks.verdict_transfer --runs 200 --shard 1/2
+    .venv/bin/python -m benchmarks.verdict_transfer --grid gaps --runs 60        # the second grid
     .venv/bin/python -m benchmarks.verdict_transfer --table                     # docs/results/verdict.md's tables
 
 Each run goes through the one job layer as a reviewer's would: ``ReconstructJob`` with labels by ``auto`` and
@@ -18,6 +19,10 @@ Each run goes through the one job layer as a reviewer's would: ``ReconstructJob`
 * attacks ig (100 / 300 iterations), dlg (100 / 200), fedleak (200, lr 0.03); half the runs defended (dp sigma 0.01
   / 0.1 / 1 after clip 1, prune 0.9, quantize 2 bits); 1 or 2 restarts. For the CPU: B = 16 on the LeNets only,
   VGG16 at B = 1 with one restart and at most 200 iterations.
+
+A second grid (``--grid gaps``, ids from 1000, ``gap_cases``) fills what the first leaves out: CIFAR ResNet-10 and
+-18 at width 64, ResNet-18 at 16, VGG16 at random init, B = 32, gradinversion and hfgi, ig at 1,000 and dlg at 300
+iterations (CPU caps in ``gap_cases``).
 
 Nothing in the calibrated estimate is fitted to this grid (its one choice, P, and its placement rule were fixed
 beforehand), so every run is held out; the tables also break the runs down by model, image source, batch size and
@@ -61,10 +66,20 @@ MODELS = {"lenet-dlg": ("lenet", 32, False, {}), "lenet-trained": ("lenet", 32, 
           "convnet8": ("convnet", 32, False, {"width": 8}), "resnet10-w16": ("resnet10", 32, False, {"width": 16}),
           "alexnet-pretrained": ("alexnet-imagenet", 64, True, {}), "alexnet-random": ("alexnet-imagenet", 64, False, {}),
           "vgg16-pretrained": ("vgg16-imagenet", 32, True, {})}
+# the second grid (``--grid gaps``, ids from 1000): what the first leaves out
+GAP_MODELS = {"resnet10-w64": ("resnet10", 32, False, {"width": 64}),
+              "resnet18-w64": ("resnet18", 32, False, {"width": 64}),
+              "resnet18-w16": ("resnet18", 32, False, {"width": 16}),
+              "vgg16-random": ("vgg16-imagenet", 32, False, {})}
+ALL_MODELS = {**MODELS, **GAP_MODELS}
 SOURCES = ("cifar10", "imagenet", "mnist", "faces")
 ATTACKS = (("ig", 100, None), ("ig", 300, None), ("dlg", 100, None), ("dlg", 200, None), ("fedleak", 200, 0.03))
 DEFENSES = ("dp:clip=1:sigma=0.01", "dp:clip=1:sigma=0.1", "dp:clip=1:sigma=1", "prune:0.9", "quantize:2")
 SIZES = (1, 4, 16)
+GAP_ATTACKS = (("gradinversion", 100, None), ("gradinversion", 200, None), ("hfgi", 200, None), ("hfgi", 400, None),
+               ("ig", 1000, None), ("dlg", 300, None))
+GAP_SIZES = (1, 4, 32)
+GAP_IDS = 1000
 OUT = RESULTS / "verdict_transfer.jsonl"
 
 _models: dict[tuple[str, str], tuple[ModelSpec, torch.nn.Module]] = {}
@@ -74,7 +89,7 @@ def model(name: str, source: str) -> tuple[ModelSpec, torch.nn.Module]:
     """The checkpoint: ``name``'s weights with the normalisation of the data it serves (ImageNet's for the pretrained
     backbones, MNIST's for digits, CIFAR-10's otherwise)."""
     if (name, source) not in _models:
-        arch, side, pretrained, kwargs = MODELS[name]
+        arch, side, pretrained, kwargs = ALL_MODELS[name]
         if arch.endswith("-imagenet"):
             entry = model_entry(arch)
             mean, std = entry.mean, entry.std
@@ -143,6 +158,36 @@ def cases(n: int, seed: int = 0) -> list[dict]:
     return out
 
 
+def gap_cases(n: int, seed: int = 0) -> list[dict]:
+    """The second grid: CIFAR ResNet-10/18 at width 64 and ResNet-18 at 16, VGG16 at random init, B = 32 (LeNets),
+    gradinversion and hfgi, long budgets (ig 1,000 and dlg 300 iterations); half the draws on the first grid's
+    models. CPU caps: width 64 and VGG16 at B <= 4 (VGG16 at B = 1), one restart and at most 200 iterations; 1,000
+    iterations on LeNet and ConvNet only."""
+    rng = random.Random(f"transfer-gaps-{seed}")
+    out = []
+    for i in range(GAP_IDS, GAP_IDS + n):
+        name = rng.choice(list(GAP_MODELS)) if rng.random() < 0.5 else rng.choice(list(MODELS))
+        attack, iters, lr = rng.choice(GAP_ATTACKS)
+        b = rng.choice(GAP_SIZES)
+        restarts = rng.choice((1, 2))
+        source = rng.choice(SOURCES)
+        if b == 32 and not name.startswith("lenet"):
+            b = 4
+        if name.endswith("w64") or name.startswith("vgg16") or name.startswith("alexnet"):
+            b, iters, restarts = min(b, 4), min(iters, 200), 1
+        if name.startswith("vgg16"):
+            b = 1
+        if iters == 1000 and not (name.startswith("lenet") or name == "convnet8"):
+            iters = 300
+        k = 2 if name in ("lenet-dlg", "lenet-trained", "convnet8") and rng.random() < 0.2 else 1
+        if source in ("cifar10", "imagenet") and b * k > 20:  # foolbox ships 20 of each
+            source = rng.choice(("mnist", "faces"))
+        out.append({"id": i, "model": name, "source": source, "B": b, "K": k, "attack": attack,
+                    "iterations": iters, "lr": lr, "defense": "none" if rng.random() < 0.5 else rng.choice(DEFENSES),
+                    "restarts": restarts, "seed": rng.randrange(10_000)})
+    return out
+
+
 def run(case: dict, proxies: int) -> dict:
     spec, net = model(case["model"], case["source"])
     b, k = case["B"], case["K"]
@@ -170,9 +215,9 @@ def run(case: dict, proxies: int) -> dict:
             "proxy_warnings": (r["evidence"].get("proxies") or {}).get("warnings", [])}
 
 
-def collect(n: int, proxies: int, shard: tuple[int, int], out: Path) -> None:
+def collect(todo: list[dict], proxies: int, shard: tuple[int, int], out: Path) -> None:
     done = {json.loads(line)["id"] for line in out.read_text().splitlines()} if out.exists() else set()
-    for case in cases(n):
+    for case in todo:
         if case["id"] in done or case["id"] % shard[1] != shard[0]:
             continue
         try:
@@ -247,11 +292,13 @@ def table(rows: list[dict]) -> str:
         lines += ["", f"{name}: point estimate against the measured point", ""] + confusion(ok, key)
     lines += ["", "Held out by group (calibrated: under-report / point agreement / median width / runs; old rule: "
               "under-report / point agreement):", ""]
-    groups = {**{f"model {m}": (lambda r, m=m: r["model"] == m) for m in MODELS},
+    groups = {**{f"model {m}": (lambda r, m=m: r["model"] == m) for m in ALL_MODELS},
               **{f"images {s}": (lambda r, s=s: r["source"] == s) for s in SOURCES},
-              **{f"B = {b}": (lambda r, b=b: r["B"] == b) for b in SIZES},
+              **{f"B = {b}": (lambda r, b=b: r["B"] == b) for b in sorted({*SIZES, *GAP_SIZES})},
               "FedAvg K = 2": lambda r: r["K"] == 2,
-              **{f"attack {a}": (lambda r, a=a: r["attack"] == a) for a in sorted({a for a, _, _ in ATTACKS})},
+              **{f"attack {a}": (lambda r, a=a: r["attack"] == a)
+                 for a in sorted({a for a, _, _ in (*ATTACKS, *GAP_ATTACKS)})},
+              "long budget (>= 300 iterations)": lambda r: r["iterations"] >= 300,
               "undefended": lambda r: r["defense"] == "none", "defended": lambda r: r["defense"] != "none"}
     for name, keep in groups.items():
         sub = [r for r in ok if keep(r)]
@@ -282,6 +329,8 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", type=int, default=200)
     ap.add_argument("--proxies", type=int, default=3)
     ap.add_argument("--shard", default="0/1", help="i/n: run the cases whose id is i modulo n")
+    ap.add_argument("--grid", choices=("main", "gaps"), default="main",
+                    help="main: the first grid (ids 0..); gaps: the second (ids from 1000)")
     ap.add_argument("--table", action="store_true")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", type=Path, default=OUT)
@@ -293,7 +342,7 @@ def main(argv=None) -> int:
         print(table(rows))
         return 0
     i, n = (int(v) for v in args.shard.split("/"))
-    collect(args.runs, args.proxies, (i, n), args.out)
+    collect(cases(args.runs) if args.grid == "main" else gap_cases(args.runs), args.proxies, (i, n), args.out)
     return 0
 
 

@@ -76,7 +76,7 @@ class Session:
     batch_size_mode: str = "check"
     aux: Aux | None = None
     quiet: bool = True  # no progress or tables on stderr
-    progress: str = "auto"  # how a long run shows progress: auto | bar | lines | off (fedaudit/attacks/progress.py)
+    progress: str = "auto"  # how a long run shows progress: auto | bar | lines | off (fedaudit/progress.py)
     force: bool = False  # outputs may replace existing files
     allow_custom_arch: bool = False
     check_base: bool = True  # the update must name this checkpoint's hash (when it names one)

@@ -27,6 +27,7 @@ from fedaudit.client.capture import CaptureConfig, capture_update
 from fedaudit.data.offline import CIFAR10_MEAN, CIFAR10_STD, MNIST_MEAN, MNIST_STD, cifar10_samples, mnist_digits
 from fedaudit.io.checkpoint import save_checkpoint
 from fedaudit.io.files import sha256_file
+from fedaudit.io.flower import npz_update, positional_names, write_npz
 from fedaudit.io.truth import Truth, save_truth
 from fedaudit.io.update import save_update
 from fedaudit.models import ModelSpec, build_model
@@ -43,6 +44,7 @@ class Sample:
     indices: list[int]
     capture: dict = field(default_factory=dict)
     seed: int = 0
+    flower_npz: bool = False  # ship what a Flower client sends (client_arrays.npz) and update.safetensors imported from it
 
 
 CIFAR = dict(num_classes=10, input_shape=(3, 32, 32), mean=CIFAR10_MEAN, std=CIFAR10_STD)
@@ -66,6 +68,15 @@ SAMPLES = [
            ModelSpec("mlp", 10, (1, 28, 28), MNIST_MEAN, MNIST_STD,
                      kwargs={"hidden": [256, 128], "bias": False, "head_init": "gdbr"}),
            "mnist", [], dict(batch_size=8, withhold=("fc.*",))),
+    Sample("convnet_fedavg_bn", "ConvNet (width 16, BatchNorm in train mode), FedAvg delta after 2 local SGD steps "
+           "(lr 0.05) on 2 batches of 4, BatchNorm running statistics uploaded with the weights (as FedAvg does)",
+           ModelSpec("convnet", **CIFAR, kwargs={"width": 16}), "cifar10", [12, 13, 14, 16, 17, 18, 19, 6],
+           dict(batch_size=4, local_steps=2, lr=0.05, kind="delta", bn_mode="train")),
+    Sample("flower_lenet_k2", "DLG LeNet, a Flower client's upload: its full weights after 2 local SGD steps "
+           "(lr 0.05) on 2 batches of 4, as positional arrays (client_arrays.npz, state_dict order); "
+           "update.safetensors is `fedaudit import flower-npz client_arrays.npz -c checkpoint.safetensors "
+           "--lr 0.05 -k 2 -b 4`", ModelSpec("lenet", **CIFAR), "cifar10", [3, 5, 7, 9, 11, 13, 15, 17],
+           dict(batch_size=4, local_steps=2, lr=0.05, kind="weights"), flower_npz=True),
 ]
 
 
@@ -89,7 +100,15 @@ def make(sample: Sample, root: Path, cifar, mnist) -> dict:
     x, y, names = images_for(sample, cifar, mnist)
     cfg = CaptureConfig(**{"bn_mode": "eval", **sample.capture}, source={"sample": sample.name})
     cap = capture_update(model, sample.spec, x, y, cfg, base_sha256=ckpt_sha)
-    save_update(folder / "update.safetensors", cap.tensors, cap.meta)
+    if sample.flower_npz:  # the client's arrays, then fedaudit's import of them (what a reviewer would run)
+        npz = folder / "client_arrays.npz"
+        write_npz(npz, [cap.tensors[name].numpy() for name in positional_names(model, "state_dict")])
+        c = sample.capture
+        tensors, meta = npz_update(npz, model, ckpt_sha, kind="weights", batch_size=c["batch_size"],
+                                   local_steps=c["local_steps"], lr=c["lr"])
+        save_update(folder / "update.safetensors", tensors, meta)
+    else:
+        save_update(folder / "update.safetensors", cap.tensors, cap.meta)
     save_truth(folder / "truth.safetensors", Truth(x, y, cap.step, names, sha256_file(folder / "update.safetensors")))
     return {"name": sample.name, "description": sample.description, "labels": y.tolist()}
 

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from fedaudit.attacks.progress import LineProgress, progress_display
+from fedaudit.progress import LineProgress, progress_display
 
 from .helpers import sample
 
@@ -40,7 +40,7 @@ def test_the_display_follows_the_mode():
 def test_a_label_method_that_runs_long_prints_a_heartbeat(capsys, monkeypatch):
     import time
 
-    from fedaudit.attacks.progress import Heartbeat
+    from fedaudit.progress import Heartbeat
 
     monkeypatch.setenv("FEDAUDIT_PROGRESS_EVERY", "0.05")
     with Heartbeat("labels client-fit"):
@@ -57,7 +57,7 @@ def test_a_label_method_that_runs_long_prints_a_heartbeat(capsys, monkeypatch):
 def test_a_run_predicted_past_ten_minutes_says_so_early(capsys, monkeypatch):
     import time
 
-    from fedaudit.attacks import progress
+    from fedaudit import progress
 
     monkeypatch.setattr(progress, "WARM_UP", 0.05)
     with LineProgress(every=1e9) as display:
@@ -67,3 +67,60 @@ def test_a_run_predicted_past_ten_minutes_says_so_early(capsys, monkeypatch):
         display.advance(task)
     err = capsys.readouterr().err
     assert err.count("predicted to take about") == 1 and "fewer iterations (-n)" in err
+
+
+def test_a_heartbeat_shows_the_share_done_and_predicts_a_long_run_early(capsys, monkeypatch):
+    """Work that reports how far it is (``advance``) gets the share done and the time left in its lines, and a
+    pace that projects past ``LONG`` says so once; outside a heartbeat or inside ``muted`` the calls report nothing."""
+    import time
+
+    from fedaudit import progress
+
+    monkeypatch.setenv("FEDAUDIT_PROGRESS_EVERY", "0.05")
+    monkeypatch.setattr(progress, "WARM_UP", 0.02)
+    progress.advance(1, 2)  # no heartbeat: a no-op
+    with progress.Heartbeat("labels rlu") as beat:
+        time.sleep(0.03)
+        progress.advance(1, 100_000)  # 0.03 s for 1/100,000: about 50 min at this pace
+        with progress.muted():
+            progress.advance(99_999, 100_000)
+        assert beat.fraction == 1e-5
+        progress.advance(1, 4)
+        time.sleep(0.2)
+    err = capsys.readouterr().err
+    assert err.count("predicted to take about") == 1 and "labels rlu: predicted to take about" in err
+    lines = [ln for ln in err.splitlines() if "running" in ln]
+    assert lines and all("25% done, about" in ln and "s left" in ln for ln in lines)
+
+
+def test_work_of_known_length_says_so_up_front(capsys, monkeypatch):
+    from fedaudit.progress import Heartbeat
+
+    monkeypatch.setenv("FEDAUDIT_PROGRESS_EVERY", "30")
+    with Heartbeat("labels auto self-check (8 simulated clients)", expected=900):
+        pass
+    with Heartbeat("labels auto self-check (8 simulated clients)", expected=40):
+        pass
+    with Heartbeat("short", expected=5):  # shorter than one progress line: nothing said
+        pass
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == ["fedaudit: labels auto self-check (8 simulated clients): expected to take about 15 min; over 10 "
+                     "min on this machine",
+                     "fedaudit: labels auto self-check (8 simulated clients): expected to take about 40 s"]
+
+
+@pytest.mark.slow
+def test_a_simulating_label_method_reports_how_far_it_is(tmp_path, capsys, monkeypatch):
+    """client-fit (simulated clients, unrolled local steps) through the entry point, stderr not a terminal."""
+    from fedaudit.cli.app import main
+
+    ckpt, upd, _ = sample("lenet_fedavg_k3")
+    monkeypatch.setenv("FEDAUDIT_PROGRESS_EVERY", "0.1")
+    monkeypatch.setattr(sys, "argv", ["fedaudit", "labels", "client-fit", str(ckpt), str(upd), "--dummy",
+                                      "--iterations", "12", "-o", str(tmp_path / "cf.json")])
+    with pytest.raises(SystemExit) as stopped:
+        main()
+    err = capsys.readouterr().err
+    assert stopped.value.code == 0, err
+    assert any(ln.startswith("fedaudit: labels client-fit: running") and "% done, about" in ln
+               for ln in err.splitlines()), err

@@ -7,6 +7,7 @@ same words, streams and exit codes without a torch import per command."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -37,8 +38,10 @@ def test_the_readme_has_runnable_blocks_and_no_placeholders():
     blocks = readme_blocks()
     assert len(blocks) >= 4
     for block in blocks:
-        for word in ("CKPT", "UPDATE", "my_images/", "client_arrays"):
+        for word in ("CKPT", "UPDATE", "my_images/"):
             assert word not in block, (word, block)
+        for sample in re.findall(r"sample_updates/(\w+)", block):  # every sample named is shipped
+            assert (ROOT / "sample_updates" / sample).is_dir(), sample
 
 
 @pytest.mark.slow
@@ -66,5 +69,8 @@ def test_every_readme_block_runs_verbatim(tmp_path):
     assert "Traceback" not in res.stderr
     for made in ("inspect.json", "labels.json", "quick/report.html", "quick/proxies/0.png", "quick_scored/report.html",
                  "measured.json", "my_update.safetensors", "my_truth.safetensors", "my_fedavg.safetensors", "my_report/report.html",
-                 "gdbr.json", "zlg.json", "matrix/audit.html", "round.json"):
+                 "gdbr.json", "zlg.json", "bn_auto.json", "bn_count.json", "matrix/audit.html", "round.json"):
         assert (tmp_path / made).exists(), made
+    # the Flower import of the shipped client arrays is the shipped update, byte for byte (its truth names it)
+    flower = ROOT / "sample_updates" / "flower_lenet_k2" / "update.safetensors"
+    assert (tmp_path / "flower_update.safetensors").read_bytes() == flower.read_bytes()

@@ -13,7 +13,7 @@ import torch
 from rich.progress import Progress
 
 from fedaudit.attacks.base import OptimizationAttack
-from fedaudit.attacks.progress import LineProgress, progress_display
+from fedaudit.progress import LineProgress, progress_display
 
 BARELY_MOVED = 0.05  # mean |pixel change| (on [0,1]) below which a run "barely moved from its initialisation"
 
@@ -34,7 +34,7 @@ class LoopConfig:
     monitor_every: int = 0
     restart_batch: int = 0  # restarts per stacked batch: 0 = all at once (halved while memory runs out), 1 = sequential
     cuda_graph: str = "auto"  # capture the iteration as a CUDA graph: auto | on | off (fedaudit/attacks/cuda_graph.py)
-    progress: str = "auto"  # auto | bar | lines | off (fedaudit/attacks/progress.py)
+    progress: str = "auto"  # auto | bar | lines | off (fedaudit/progress.py)
 
 
 @dataclass
@@ -74,7 +74,7 @@ class Best:
 
 
 def progress_bar(quiet: bool, mode: str = "auto") -> Progress | LineProgress:
-    """The run's progress on stderr: a bar on a terminal, plain lines elsewhere (fedaudit/attacks/progress.py)."""
+    """The run's progress on stderr: a bar on a terminal, plain lines elsewhere (fedaudit/progress.py)."""
     return progress_display(quiet, mode)
 
 

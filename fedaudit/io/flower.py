@@ -82,3 +82,35 @@ def name_arrays(arrays: list[np.ndarray], model: nn.Module, order: str) -> dict[
             t = t.to(ref[name].dtype)
         out[name] = t
     return out
+
+
+def npz_update(arrays: str | Path, model: nn.Module, base_sha256: str | None, *, kind: str = "weights",
+               order: str = "state_dict", delta_sign: str = "local_minus_global", reduction: str = "mean",
+               batch_size: int | None = None, local_steps: int = 1, lr: float | None = None,
+               num_examples: int | None = None, bn_mode: str | None = None, momentum: float = 0.0,
+               weight_decay: float = 0.0):
+    """A Flower-style .npz as a recorded update: its named tensors and metadata (``fedaudit import flower-npz``)."""
+    from fedaudit.io.update import UpdateMeta
+
+    tensors = name_arrays(read_npz_list(arrays), model, order)
+    if kind != "gradient" and lr is None:
+        raise InputError(f"a {kind} update needs --lr (and --local-steps) to become a gradient")
+    if kind == "gradient" and reduction not in ("mean", "sum"):
+        raise InputError("--reduction must be mean or sum")
+    meta = UpdateMeta(
+        kind=kind, delta_sign=delta_sign if kind == "delta" else None,
+        reduction=reduction if kind == "gradient" else None, batch_size=batch_size, local_steps=local_steps,
+        local_lr=lr if kind != "gradient" else None, num_examples=num_examples, bn_mode=bn_mode,
+        base_checkpoint_sha256=base_sha256, optimizer={"name": "sgd", "momentum": momentum, "weight_decay": weight_decay},
+        source={"framework": "flwr", "format": "npz", "order": order, "file": Path(arrays).name},
+    )
+    return tensors, meta
+
+
+def write_npz(path: str | Path, arrays: list[np.ndarray]) -> None:
+    """``np.savez(path, *arrays)``'s layout (``arr_0.npy``, ...) with fixed member dates, so the file is the same
+    bytes every time (the shipped sample's; numpy stamps the current time)."""
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as zf:
+        for i, arr in enumerate(arrays):
+            with zf.open(zipfile.ZipInfo(f"arr_{i}.npy", date_time=(1980, 1, 1, 0, 0, 0)), "w") as fh:
+                np.lib.format.write_array(fh, np.ascontiguousarray(arr), allow_pickle=False)

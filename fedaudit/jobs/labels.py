@@ -6,13 +6,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from fedaudit.attacks.progress import Heartbeat
 from fedaudit.channels import bn_statistics
 from fedaudit.io.truth import Truth, check_truth
 from fedaudit.labels import LABEL_METHODS
 from fedaudit.labels.base import LabelMethod, LabelResult
 from fedaudit.metrics.label_floor import uniform_floor
 from fedaudit.metrics.labels import CLSACC_VARIANT, counts, label_metrics
+from fedaudit.progress import Heartbeat
 from fedaudit.session import Session
 from fedaudit.threat_model import ThreatModel
 from fedaudit.verdict.label_self_check import self_check
@@ -116,8 +116,9 @@ class LabelJob:
                               "InsAcc_above_floor": metrics["InsAcc"] - float(floor["InsAcc"])}
         evidence = label_evidence(self.tm, self.session, self.method, result)  # truth-free (docs/methods/verdict.md)
         if self.self_check > 0:  # truth-free: the method re-run on simulated clients (docs/methods/labels.md)
+            # each simulated client re-runs the method (and a capture): about the reading's own time apiece
             with Heartbeat(f"labels {self.method} self-check ({2 * self.self_check} simulated clients)",
-                           self.session.quiet, self.session.progress):
+                           self.session.quiet, self.session.progress, expected=2 * self.self_check * elapsed):
                 evidence["self_check"] = self_check(self.tm, self.session, self.method, self.options, result,
                                                     self.self_check)
         out["evidence"] = evidence

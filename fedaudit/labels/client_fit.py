@@ -50,6 +50,7 @@ from fedaudit.labels import LABEL_METHODS
 from fedaudit.labels.base import LabelMethod, LabelResult, integer_counts, samples_in_update
 from fedaudit.methods import MethodOption
 from fedaudit.models.normalize import normalize
+from fedaudit.progress import advance
 from fedaudit.requirements import BATCH_SIZE
 from fedaudit.session import Session
 from fedaudit.threat_model import ThreatModel
@@ -103,7 +104,9 @@ class ClientFit(LabelMethod):
         several = steps > 1 and self.opt("mix") == "per-step"
         pool = self.opt("pool") if several else 0.0
         best, best_fit, best_spread, best_a, first = float("inf"), float("inf"), 0.0, a.detach().clone(), None
-        for _ in range(max(1, self.opt("iterations"))):
+        iterations = max(1, self.opt("iterations"))
+        for it in range(iterations):
+            advance(it, iterations)  # each step unrolls the K simulated local steps: the method's whole cost
             mixes = torch.softmax(a, -1).expand(steps, c)
             misfit = fit.loss(mixes)
             spread = step_spread(mixes, b) if several else torch.zeros((), device=device)

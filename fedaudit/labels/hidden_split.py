@@ -55,6 +55,7 @@ from fedaudit.labels.base import LabelMethod, LabelResult, affine_rows, integer_
 from fedaudit.methods import MethodOption
 from fedaudit.models.head import forward_detached, output_layer_io
 from fedaudit.models.normalize import normalize
+from fedaudit.progress import advance
 from fedaudit.requirements import BATCH_SIZE, SINGLE_STEP
 from fedaudit.session import Session
 from fedaudit.threat_model import ThreatModel
@@ -254,6 +255,7 @@ class HiddenSplit(LabelMethod):
         patterns = (x_aux == 0).double().numpy()
         cap = 2 * float(x_aux.max())
         for _ in range(self.opt("rounds")):
+            advance(b - peel.rank, b)  # samples peeled so far
             if peel.rank == 0 or not peel.round(patterns[gen.permutation(len(patterns))[:self.opt("candidates")]],
                                                 cap, gen):
                 break

@@ -57,6 +57,7 @@ from fedaudit.labels.base import LabelMethod, LabelResult, integer_counts, sampl
 from fedaudit.labels.progress import draw_by_class, simulated_confidence, simulated_progress
 from fedaudit.methods import MethodOption
 from fedaudit.models.head import output_layer_io
+from fedaudit.progress import advance
 from fedaudit.requirements import BATCH_SIZE, FINAL_BIAS_GRAD
 from fedaudit.session import Aux, Session
 from fedaudit.threat_model import ThreatModel
@@ -183,6 +184,7 @@ class RLU(LabelMethod):
         n, _ = solve_counts(s_bar, observed, total)
         seen, rounds = integer_counts(n, total), 0
         for _ in range(self.opt("progress-rounds")):
+            advance(rounds, self.opt("progress-rounds"))
             rounds += 1
             s_bar = resimulate(n)
             n, _ = solve_counts(s_bar, observed, total)
@@ -208,6 +210,7 @@ class RLU(LabelMethod):
         rounds = 0
         s_bar = s0
         for _ in range(self.opt("refine")):
+            advance(rounds, self.opt("refine"))
             rounds += 1
             present = torch.tensor([len(p) > 0 for p in pools]) & (n > 0)
             q = torch.where(present, n, torch.zeros_like(n))

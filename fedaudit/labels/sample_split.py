@@ -42,6 +42,7 @@ from fedaudit.labels import LABEL_METHODS
 from fedaudit.labels.base import LabelMethod, LabelResult, affine_rows, samples_in_update
 from fedaudit.labels.features import head_stats
 from fedaudit.methods import MethodOption
+from fedaudit.progress import advance
 from fedaudit.requirements import BATCH_SIZE, FINAL_BIAS_GRAD, FINAL_WEIGHT_GRAD, SINGLE_STEP
 from fedaudit.session import Session
 from fedaudit.threat_model import ThreatModel
@@ -159,6 +160,7 @@ class SampleSplit(LabelMethod):
         nearest = {k: int(idx[near[idx].argmin()]) for k in range(c) if len(idx := torch.nonzero(aux_class == k).flatten())}
         fit, rounds = first, 0  # with --rounds 0 the first fit's labels stand
         for _ in range(self.opt("rounds")):
+            advance(rounds, self.opt("rounds"))  # the rounds stop early once no relabelling fits better
             rounds += 1
             cands, rows = [labels], [a_cur]
             for n in range(b):

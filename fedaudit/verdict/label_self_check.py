@@ -34,6 +34,7 @@ from fedaudit.labels import LABEL_METHODS
 from fedaudit.labels.base import LabelResult, samples_in_update
 from fedaudit.metrics.label_floor import uniform_floor
 from fedaudit.metrics.labels import label_metrics
+from fedaudit.progress import advance, muted
 from fedaudit.session import Aux, Session
 from fedaudit.threat_model import ThreatModel
 from fedaudit.verdict.simulated_client import recipe, recorded_chain, simulated_client
@@ -111,6 +112,7 @@ def self_check(tm: ThreatModel, session: Session, method: str, options: dict[str
     for kind in ("reading", "even"):
         per_client = []
         for i in range(clients):
+            advance(i + clients * (kind == "even"), 2 * clients)
             seed = 1_000_003 * session.seed + 7919 * (kind == "even") + i + 1
             g = torch.Generator().manual_seed(seed)
             if kind == "reading":
@@ -121,7 +123,8 @@ def self_check(tm: ThreatModel, session: Session, method: str, options: dict[str
             try:
                 sim, _ = simulated_client(tm, session, aux.images[_draw(labels, pools, g)], labels, cfg, chain, seed)
                 cls.check_applicable(sim, sub)
-                got = cls(options).run(sim, sub)
+                with muted():  # the method's own steps are not the self-check's progress
+                    got = cls(options).run(sim, sub)
             except (InputError, NotApplicable, ValueError, RuntimeError) as e:  # say why, do not guess
                 return {"clients": 0, "not_applicable": f"{method} on a simulated client: {e}"}
             truth = torch.bincount(labels, minlength=c)

@@ -42,24 +42,15 @@ def flower_npz(
 ) -> None:
     """Import a Flower-style positional .npz (allow_pickle=False) as a recorded update."""
     from fedaudit.io.checkpoint import load_checkpoint
-    from fedaudit.io.flower import name_arrays, read_npz_list
-    from fedaudit.io.update import UpdateMeta, save_update
+    from fedaudit.io.flower import npz_update
+    from fedaudit.io.update import save_update
 
     refuse_existing(output, force)
     ckpt = load_checkpoint(checkpoint, allow_custom_arch=allow_custom_arch)
-    tensors = name_arrays(read_npz_list(arrays), ckpt.model, order)
-    if kind != Kind.gradient and lr is None:
-        raise InputError(f"a {kind.value} update needs --lr (and --local-steps) to become a gradient")
-    meta = UpdateMeta(
-        kind=kind.value, delta_sign=delta_sign.value if kind == Kind.delta else None,
-        reduction=reduction if kind == Kind.gradient else None, batch_size=batch_size, local_steps=local_steps,
-        local_lr=lr if kind != Kind.gradient else None, num_examples=num_examples,
-        bn_mode=bn_mode.value if bn_mode else None, base_checkpoint_sha256=ckpt.sha256,
-        optimizer={"name": "sgd", "momentum": momentum, "weight_decay": weight_decay},
-        source={"framework": "flwr", "format": "npz", "order": order, "file": Path(arrays).name},
-    )
-    if kind == Kind.gradient and reduction not in ("mean", "sum"):
-        raise InputError("--reduction must be mean or sum")
+    tensors, meta = npz_update(arrays, ckpt.model, ckpt.sha256, kind=kind.value, order=order,
+                               delta_sign=delta_sign.value, reduction=reduction, batch_size=batch_size,
+                               local_steps=local_steps, lr=lr, num_examples=num_examples,
+                               bn_mode=bn_mode.value if bn_mode else None, momentum=momentum, weight_decay=weight_decay)
     save_update(output, tensors, meta)
     info_line(f"imported {len(tensors)} arrays as a {kind.value} update -> {output}", quiet)
     emit_json({"update": str(output), "tensors": len(tensors), "kind": kind.value, "order": order})

@@ -8,7 +8,11 @@
 
 Both displays take the calls the optimisation loop makes (``add_task``, ``update``, ``advance``, a ``with`` block).
 Work that has no iterations to count (a label method simulating clients) runs inside a ``Heartbeat``: a line with
-the elapsed time every ``FEDAUDIT_PROGRESS_EVERY`` seconds while it runs, so no long step is silent.
+the elapsed time every ``FEDAUDIT_PROGRESS_EVERY`` seconds while it runs, so no long step is silent. Code inside it
+that knows how far it is (a method's fitting steps, simulated clients) calls :func:`advance`; the lines then show
+the share done and the time left, and a run predicted from its own pace after ``WARM_UP`` seconds to take longer
+than ``LONG`` says so once, early. Work whose length is known before it starts (the self-check: its clients each
+cost about what the reading did) passes ``expected`` seconds and says so up front.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ import os
 import sys
 import threading
 import time
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from rich.console import Console
@@ -98,28 +104,82 @@ def progress_display(quiet: bool, mode: str = "auto") -> Progress | LineProgress
 
 class Heartbeat:
     """While the ``with`` block runs, a line ``fedaudit: WHAT: running, N s`` every ``FEDAUDIT_PROGRESS_EVERY``
-    seconds (default 30) on stderr, from a background thread; nothing when ``quiet`` or ``mode`` is off, nothing
-    for a block that ends before the first line is due."""
+    seconds (default 30) on stderr, from a background thread, with the share done and the time left once the work
+    reports them (:func:`advance`); nothing when ``quiet`` or ``mode`` is off, nothing for a block that ends before
+    the first line is due. ``expected`` (seconds, known up front) is said when the block starts, if it is long."""
 
-    def __init__(self, what: str, quiet: bool = False, mode: str = "auto"):
+    def __init__(self, what: str, quiet: bool = False, mode: str = "auto", expected: float | None = None):
         self.what, self.active = what, not quiet and mode != "off"
         self.every = float(os.environ.get("FEDAUDIT_PROGRESS_EVERY", EVERY))
+        self.expected = expected
+        self.fraction: float | None = None
+        self.predicted = expected is not None
+        self._start = time.perf_counter()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._token: Any = None
 
-    def _beat(self) -> None:
-        start = time.perf_counter()
-        while not self._stop.wait(self.every):
-            sys.stderr.write(f"fedaudit: {self.what}: running, {time.perf_counter() - start:.0f} s\n")
+    def _say(self, text: str) -> None:
+        if self.active:
+            sys.stderr.write(f"fedaudit: {self.what}: {text}\n")
             sys.stderr.flush()
 
+    def _beat(self) -> None:
+        while not self._stop.wait(self.every):
+            elapsed = time.perf_counter() - self._start
+            line = f"running, {elapsed:.0f} s"
+            if self.fraction:
+                line += f", {100 * self.fraction:.0f}% done, about {elapsed / self.fraction - elapsed:.0f} s left"
+            self._say(line)
+
+    def advance(self, fraction: float) -> None:
+        self.fraction = min(max(fraction, 0.0), 1.0)
+        elapsed = time.perf_counter() - self._start
+        if not self.predicted and elapsed >= WARM_UP and self.fraction > 0:
+            self.predicted = True
+            total = elapsed / self.fraction
+            if total > LONG:
+                self._say(f"predicted to take about {total / 60:.0f} min at this pace; a GPU, fewer method steps or "
+                          "another method shortens it")
+
     def __enter__(self) -> Heartbeat:
+        self._start = time.perf_counter()
+        self._token = _CURRENT.set(self)
+        if self.expected is not None and self.expected >= self.every:
+            long = f"; over {LONG / 60:.0f} min on this machine" if self.expected > LONG else ""
+            self._say(f"expected to take about {_duration(self.expected)}{long}")
         if self.active:
             self._thread = threading.Thread(target=self._beat, daemon=True)
             self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
+        _CURRENT.reset(self._token)
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
+
+
+_CURRENT: ContextVar[Heartbeat | None] = ContextVar("fedaudit_heartbeat", default=None)
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
+
+
+def advance(done: float, total: float) -> None:
+    """Report ``done`` of ``total`` units of the work the enclosing ``Heartbeat`` watches (a no-op outside one)."""
+    beat = _CURRENT.get()
+    if beat is not None and total > 0:
+        beat.advance(done / total)
+
+
+@contextmanager
+def muted():
+    """A block whose :func:`advance` calls report to no one (a method re-run inside a self-check, whose own
+    progress is counted in clients)."""
+    token = _CURRENT.set(None)
+    try:
+        yield
+    finally:
+        _CURRENT.reset(token)
