@@ -121,6 +121,17 @@ class ThreatModel:
         return self.update.meta
 
     @property
+    def device(self) -> torch.device:
+        """Where the model lives: the one device route of label methods, channels and attacks alike (the jobs put the
+        model on the session's device before anything runs)."""
+        return next(self.model.parameters()).device
+
+    def on(self, device: torch.device | str) -> ThreatModel:
+        """The model moved to ``device`` (in place; the gradient tensors stay where they are, each use moves them)."""
+        self.model.to(device)
+        return self
+
+    @property
     def batch_size(self) -> int | None:
         return self.meta.batch_size
 

@@ -146,7 +146,7 @@ def test_every_label_method_subcommand_comes_from_the_registry(cli):
 # The layers of docs/architecture.md, bottom up: a module may import its own layer's and lower layers' packages.
 LAYERS = [
     {"errors", "__init__"},
-    {"registry", "device", "data"},
+    {"registry", "device", "data", "progress"},
     {"models"},
     {"metrics", "io", "report"},
     {"conversion"},

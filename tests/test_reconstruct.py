@@ -222,3 +222,25 @@ def test_the_default_device_is_cuda_where_present(cli, tmp_path):
     cli("reconstruct", "ig", ckpt, upd, "-o", tmp_path / "d", "-n", "20", "-q")
     report = json.loads((tmp_path / "d" / "report.json").read_text())
     assert report["environment"]["device"].startswith("cuda")
+
+
+def test_the_attack_is_built_for_the_runs_budget_and_the_loop_never_rewrites_it():
+    """Issue 66: the loop settings are passed, not written back into the attack; one budget check everywhere."""
+    import dataclasses
+
+    import pytest
+
+    from fedaudit.attacks.base import check_budget
+    from fedaudit.attacks.loop import optimize
+    from fedaudit.errors import InputError
+
+    job, attack, labels = attack_job("lenet_b1", "hfgi", None, {"iterations": 6, "restarts": 1})
+    assert attack.iterations == 6  # HFGI's stages are fractions of this budget, known at construction
+    optimize(attack, job.loop_config(labels))
+    assert attack.iterations == 6
+    with pytest.raises(ValueError, match="built for 6 iterations"):
+        optimize(attack, dataclasses.replace(job.loop_config(labels), iterations=7))
+    for bad in ((0, None), (None, 0), (-3, 2)):
+        with pytest.raises(InputError, match="--iterations and --restarts must be >= 1"):
+            check_budget(*bad)
+    check_budget(None, None)

@@ -44,6 +44,13 @@ LOOP_OPTIONS = (
 LOOP_DEFAULTS = {"restart-batch": 0, "cuda-graph": "auto"}  # loop settings an attack's ``defaults`` need not repeat
 
 
+def check_budget(iterations: int | None, restarts: int | None) -> None:
+    """The one check of an attack budget (None: not given, the attack's default): every command that takes
+    ``--iterations``/``--restarts`` refuses a count below 1 with the same line, before any work starts."""
+    if iterations is not None and iterations < 1 or restarts is not None and restarts < 1:
+        raise InputError("--iterations and --restarts must be >= 1")
+
+
 def lr_factor(schedule: str, it: int, total: int) -> float:
     """Learning-rate multiplier at iteration ``it`` (a pure function, so resuming needs no scheduler state).
     ``step``: x0.1 at 3/8, 5/8 and 7/8 of the run (Inverting Gradients); ``step-0.33``: x0.33 at the same
@@ -71,7 +78,7 @@ class OptimizationAttack(Method):
     default_labels: ClassVar[str] = "auto"  # the label method used when --labels is not given
 
     def __init__(self, tm: ThreatModel, engine: GradientEngine, labels: torch.Tensor, options: dict[str, Any] | None,
-                 num_images: int):
+                 num_images: int, iterations: int | None = None):
         self.tm, self.engine, self.opts = tm, engine, self.parse_options(options)
         # the BN-statistic prior, for attacks that declare --bn-stats (fedaudit/attacks/bn_prior.py)
         self.bn_targets: bn_prior.Targets | None = None
@@ -81,7 +88,10 @@ class OptimizationAttack(Method):
         self.labels = labels.to(engine.device)
         self.num_images = num_images
         self.shape = (num_images, *tm.spec.input_shape)
-        self.iterations = self.defaults["iterations"]  # the loop sets the run's budget
+        # the run's budget, fixed at construction (schedules relative to it: HFGI's stages, GradInversion's group
+        # phase); the loop runs exactly this many and checks that it was told the same
+        self.iterations = int(iterations if iterations is not None else self.defaults["iterations"])
+        check_budget(self.iterations, None)
 
     def bn_inputs(self) -> list | None:
         """A list for the engine to fill with BN inputs when the prior is on, else None."""
@@ -133,8 +143,7 @@ class OptimizationAttack(Method):
             if key not in by_name:
                 raise InputError(f"{cls.name!r}: {key!r} is not a loop setting ({', '.join(by_name)})")
             out[key] = by_name[key].convert(value, cls.name)
-        if out["iterations"] < 1 or out["restarts"] < 1:
-            raise InputError("--iterations and --restarts must be >= 1")
+        check_budget(out["iterations"], out["restarts"])
         if out["restart-batch"] < 0:
             raise InputError(f"--restart-batch must be >= 0, got {out['restart-batch']}")
         if not out["lr"] > 0:

@@ -29,6 +29,7 @@ from fedaudit.attacks.run_state import (
     Best,
     LoopConfig,
     LoopResult,
+    check_built_for,
     finite,
     images_or_none,
     progress_bar,
@@ -67,7 +68,7 @@ def _is_oom(exc: BaseException) -> bool:
 
 def optimize_batched(attack: OptimizationAttack, cfg: LoopConfig) -> LoopResult:
     t0 = time.perf_counter()
-    attack.iterations = cfg.iterations
+    check_built_for(attack, cfg)
     size = cfg.restarts if cfg.restart_batch <= 0 else min(cfg.restart_batch, cfg.restarts)
     best, history, diverged, batches = Best(), [], [], []
     finals: dict[int, torch.Tensor] = {}

@@ -90,8 +90,8 @@ class GradInversion(OptimizationAttack):
         MethodOption("pick", str, "best", "the seed with the lowest gradient distance, or the consensus", ("best", "consensus")),
     )
 
-    def __init__(self, tm, engine, labels, options, num_images):
-        super().__init__(tm, engine, labels, options, num_images)
+    def __init__(self, tm, engine, labels, options, num_images, iterations=None):
+        super().__init__(tm, engine, labels, options, num_images, iterations)
         if self.opts["num-seeds"] < 1:
             raise InputError("gradinversion: --num-seeds must be >= 1")
         c = tm.spec.input_shape[0]

@@ -80,8 +80,8 @@ class HFGI(OptimizationAttack):
         MethodOption("boost", float, 1 / 150, "fraction of the run whose steps are doubled (the code's first 100 of 15,000)"),
     )
 
-    def __init__(self, tm, engine, labels, options, num_images):
-        super().__init__(tm, engine, labels, options, num_images)
+    def __init__(self, tm, engine, labels, options, num_images, iterations=None):
+        super().__init__(tm, engine, labels, options, num_images, iterations)
         names = engine.target.names
         final = tm.final_layer
         self.final_count = sum(1 for k in names if final and k.startswith(final + ".")) or 1

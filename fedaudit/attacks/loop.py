@@ -35,6 +35,7 @@ from fedaudit.attacks.run_state import (  # noqa: F401  (LoopConfig, LoopResult,
     Best,
     LoopConfig,
     LoopResult,
+    check_built_for,
     finite,
     images_or_none,
     progress_bar,
@@ -95,7 +96,7 @@ def optimize(attack: OptimizationAttack, cfg: LoopConfig) -> LoopResult:
     if one_by_one is None:
         return batched_restarts.optimize_batched(attack, cfg)
     t0 = time.perf_counter()
-    attack.iterations = cfg.iterations  # for attacks whose schedule is relative to the budget (HFGI)
+    check_built_for(attack, cfg)
     best, history, diverged = Best(), [], []
     finals: dict[int, torch.Tensor] = {}
     start_restart, start_it, resumed, saved = 0, 0, None, None

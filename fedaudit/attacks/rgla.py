@@ -68,8 +68,8 @@ class RGLA(OptimizationAttack):
                            f"min(B, C - 1)); B = {b}, C = {c}")
         return reasons
 
-    def __init__(self, tm, engine, labels, options, num_images):
-        super().__init__(tm, engine, labels, options, num_images)
+    def __init__(self, tm, engine, labels, options, num_images, iterations=None):
+        super().__init__(tm, engine, labels, options, num_images, iterations)
         options = self.opts
         final = tm.final_layer
         params = dict(tm.model.named_parameters())

@@ -73,6 +73,14 @@ class Best:
     movement: float | None = None
 
 
+def check_built_for(attack: OptimizationAttack, cfg: LoopConfig) -> None:
+    """The loop runs the budget the attack was built for (its schedules are relative to it); the job builds both from
+    one set of settings, so a difference is a programming error, not bad input."""
+    if attack.iterations != cfg.iterations:
+        raise ValueError(f"{attack.name} was built for {attack.iterations} iterations, the loop was given "
+                         f"{cfg.iterations}: build the attack with the run's budget (ReconstructJob.build)")
+
+
 def progress_bar(quiet: bool, mode: str = "auto") -> Progress | LineProgress:
     """The run's progress on stderr: a bar on a terminal, plain lines elsewhere (fedaudit/progress.py)."""
     return progress_display(quiet, mode)

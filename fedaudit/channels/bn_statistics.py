@@ -94,7 +94,7 @@ def _counts(tm: ThreatModel, layers: list[str]) -> dict[str, int]:
     hooks = [modules[n].register_forward_hook(lambda m, i, o, n=n: shapes.__setitem__(n, tuple(i[0].shape)))
              for n in layers]
     was = tm.model.training
-    dev = next(tm.model.parameters()).device
+    dev = tm.device
     try:
         tm.model.eval()
         with torch.no_grad():

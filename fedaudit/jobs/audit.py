@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from fedaudit.attacks import ATTACKS
-from fedaudit.attacks.base import LOOP_OPTIONS
+from fedaudit.attacks.base import LOOP_OPTIONS, check_budget
 from fedaudit.defenses.utility import accuracy_after_step
 from fedaudit.errors import FedauditError, InputError, NotApplicable
 from fedaudit.io.files import dumps_json, path_component
@@ -69,8 +69,7 @@ def check_plan(attacks: list[str], labels: str | None, iterations: int | None, r
         ATTACKS.get(a)
     if labels:
         LABEL_METHODS.get(labels)
-    if iterations is not None and iterations < 1 or restarts is not None and restarts < 1:
-        raise InputError("--iterations and --restarts must be >= 1")
+    check_budget(iterations, restarts)
 
 
 def slug(text: str) -> str:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from fedaudit.attacks import ATTACKS
+from fedaudit.attacks.base import check_budget
 from fedaudit.errors import InputError
 from fedaudit.io.files import atomic_write_bytes, dumps_json, path_component
 from fedaudit.jobs.parallel import run_local, run_ray
@@ -56,8 +57,7 @@ class RoundPlan:
         for a in self.attacks:
             ATTACKS.get(a)
         LABEL_METHODS.get(self.labels)
-        if self.iterations is not None and self.iterations < 1 or self.restarts is not None and self.restarts < 1:
-            raise InputError("--iterations and --restarts must be >= 1")
+        check_budget(self.iterations, self.restarts)
         if self.self_check < 0:
             raise InputError("--self-check must be >= 0")
         if self.proxies < 0:

@@ -45,6 +45,7 @@ class LabelJob:
 
     def __post_init__(self) -> None:
         self.instance = LABEL_METHODS.get(self.method)(self.options)
+        self.tm.on(self.session.device)  # one device route: the method reads tm.device, the attack the same
 
     def result(self) -> LabelResult:
         """The method's raw result (benchmarks score it themselves)."""

@@ -205,6 +205,7 @@ class ReconstructJob:
     label_method: str = field(init=False)  # ``labels``, or the attack's default label method
 
     def __post_init__(self) -> None:
+        self.tm.on(self.session.device)  # one device route: its label reading and its attack run where the model is
         self.attack_cls = ATTACKS.get(self.attack)
         self.options = self.attack_cls.parse_options(self.options)
         self.settings = self.attack_cls.loop_settings(self.loop)
@@ -276,8 +277,9 @@ class ReconstructJob:
         if unroll and self.tm.meta.kind == "gradient":
             raise InputError("--multi-step unroll needs a delta or weights update")
         labels = torch.as_tensor(labels)
-        engine = GradientEngine(self.tm, self.session.device, unroll=unroll)
-        attack = self.attack_cls(self.tm, engine, labels, self.options, int(labels.shape[0]))
+        engine = GradientEngine(self.tm, self.tm.device, unroll=unroll)
+        attack = self.attack_cls(self.tm, engine, labels, self.options, int(labels.shape[0]),
+                                 iterations=self.settings["iterations"])
         cuda_graph.why_not(attack, self.settings["cuda-graph"])  # --cuda-graph on where it cannot apply: exit 2 now
         return attack
 

@@ -138,7 +138,7 @@ class ClientFit(LabelMethod):
         c = tm.spec.num_classes
         labels = aux.labels.long().cpu()
         idx = aux_subset(labels, c, max(1, self.opt("per-class")), torch.Generator().manual_seed(session.seed))
-        device = next(tm.model.parameters()).device
+        device = tm.device
         x = aux.images[idx].to(device)
         x = x if aux.normalized else normalize(x, tm.spec)
         y = labels[idx].to(device)

@@ -167,7 +167,7 @@ class HiddenSplit(LabelMethod):
         aux = session.aux
         assert aux is not None
         sample = aux.images[:1] if aux.normalized else normalize(aux.images[:1], tm.spec)
-        layers = split_layers(tm, sample.to(next(tm.model.parameters()).device))
+        layers = split_layers(tm, sample.to(tm.device))
         b = samples_in_update(tm)
         modules = dict(tm.model.named_modules())
         fits = []

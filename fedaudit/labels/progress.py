@@ -35,7 +35,7 @@ def _uploaded(tm: ThreatModel, model: torch.nn.Module) -> dict[str, torch.Tensor
 def _replay(tm: ThreatModel, batches: list, seed: int, lr: float, momentum: float, wd: float, normalized: bool,
             before_step=None) -> torch.nn.Module:
     """A simulated client trained on ``batches``; dropout (a model in train mode) draws the same masks each replay."""
-    device = next(tm.model.parameters()).device
+    device = tm.device
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(seed)
         return local_sgd(copy.deepcopy(tm.model).train(tm.train_bn), tm.spec, batches, lr, momentum, wd, normalized,
@@ -75,7 +75,7 @@ def _simulated_clients(tm: ThreatModel, images: torch.Tensor, pools: list[torch.
                        simulations: int, gen: torch.Generator):
     """Each simulated client's K batches of B aux images (classes drawn from ``q``, with replacement) and its seed."""
     steps, b = tm.meta.local_steps, tm.batch_size or 1
-    device = next(tm.model.parameters()).device
+    device = tm.device
     for _ in range(simulations):
         classes = torch.multinomial(q, steps * b, replacement=True, generator=gen)
         idx = draw_by_class(pools, classes, gen)

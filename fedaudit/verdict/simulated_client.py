@@ -42,7 +42,7 @@ def simulated_client(tm: ThreatModel, session: Session, images: torch.Tensor, la
     """The server's view of a client that trained on ``images``/``labels`` with ``cfg`` and then went through the
     defenses ``chain`` (their noise drawn with ``seed``: each simulated client its own draw), and that client's
     truth (its images, labels and the local step each image belongs to)."""
-    dev = next(tm.model.parameters()).device
+    dev = tm.device
     cap = capture_update(tm.model, tm.spec, images.to(dev), labels.to(dev), cfg)
     sim = ThreatModel.from_tensors(tm.checkpoint, cap.tensors, cap.meta)
     batch = Truth(images.cpu(), labels.cpu(), cap.step.cpu(), [str(i) for i in range(len(labels))])
