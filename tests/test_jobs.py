@@ -180,3 +180,23 @@ def test_no_package_imports_a_layer_above_it():
     assert not upward, upward
     labels_in_attacks = [p for p in (ROOT / "fedaudit" / "attacks").rglob("*.py") if "fedaudit.labels" in p.read_text()]
     assert not labels_in_attacks  # attacks get labels from the job, never from a label method
+
+
+def test_method_modules_register_in_a_neutral_registry_module():
+    """Issue 66: a method module takes its registry from ``<package>/registry.py``, never from the package's
+    ``__init__`` (which imports every module to register it): no import-order dependence, no cycle."""
+    offenders = []
+    for package, registry in (("labels", "LABEL_METHODS"), ("attacks", "ATTACKS"), ("defenses", "DEFENSES")):
+        for path in (ROOT / "fedaudit" / package).rglob("*.py"):
+            if path.name in ("__init__.py", "registry.py"):
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ImportFrom) and node.module == f"fedaudit.{package}" and \
+                        any(a.name == registry for a in node.names):
+                    offenders.append(str(path.relative_to(ROOT)))
+    assert not offenders, offenders
+    from fedaudit.attacks import ATTACKS
+    from fedaudit.defenses import DEFENSES
+    from fedaudit.labels import LABEL_METHODS
+
+    assert len(list(LABEL_METHODS)) == 16 and len(list(ATTACKS)) == 7 and len(list(DEFENSES)) >= 6

@@ -1,7 +1,9 @@
-"""Reconstruction attacks, one module each, registered by name (``fedaudit reconstruct <attack>``)."""
+"""Reconstruction attacks, one module each, registered by name (``fedaudit reconstruct <attack>``).
 
-from fedaudit.registry import Registry
+The registry lives in ``registry.py``; importing this package imports every attack module once, which registers it.
+"""
 
-ATTACKS: Registry = Registry("attack")
+from fedaudit.attacks import dlg, fedleak, fedleak_dip, gradinversion, hfgi, ig, rgla  # noqa: F401  (registration)
+from fedaudit.attacks.registry import ATTACKS
 
-from fedaudit.attacks import dlg, fedleak, fedleak_dip, gradinversion, hfgi, ig, rgla  # noqa: E402,F401  (registration)
+__all__ = ["ATTACKS"]

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import torch
 
-from fedaudit.attacks import ATTACKS
 from fedaudit.attacks.base import OptimizationAttack
 from fedaudit.attacks.init import normal_init
 from fedaudit.attacks.objectives import l2_distance
+from fedaudit.attacks.registry import ATTACKS
 from fedaudit.methods import MethodOption
 
 

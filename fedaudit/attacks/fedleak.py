@@ -39,12 +39,12 @@ import math
 import numpy as np
 import torch
 
-from fedaudit.attacks import ATTACKS
 from fedaudit.attacks.base import OptimizationAttack, total_variation
 from fedaudit.attacks.bn_prior import bn_options
 from fedaudit.attacks.init import uniform_init
 from fedaudit.attacks.objectives import dot as dot_sum
 from fedaudit.attacks.objectives import squared_norm, total
+from fedaudit.attacks.registry import ATTACKS
 from fedaudit.methods import MethodOption
 
 

@@ -23,9 +23,9 @@ import dataclasses
 
 import torch
 
-from fedaudit.attacks import ATTACKS
 from fedaudit.attacks.fedleak import FedLeak
 from fedaudit.attacks.image_generator import ImageGenerator, median_filter
+from fedaudit.attacks.registry import ATTACKS
 from fedaudit.errors import InputError
 from fedaudit.methods import MethodOption
 

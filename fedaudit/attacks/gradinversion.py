@@ -34,10 +34,10 @@ from __future__ import annotations
 
 import torch
 
-from fedaudit.attacks import ATTACKS
 from fedaudit.attacks.base import OptimizationAttack
 from fedaudit.attacks.bn_prior import bn_options
 from fedaudit.attacks.objectives import total
+from fedaudit.attacks.registry import ATTACKS
 from fedaudit.errors import InputError
 from fedaudit.methods import MethodOption
 from fedaudit.models.normalize import denormalize, normalize

@@ -29,10 +29,10 @@ import math
 
 import torch
 
-from fedaudit.attacks import ATTACKS
 from fedaudit.attacks.base import OptimizationAttack, total_variation, total_variation_rows
 from fedaudit.attacks.bn_prior import bn_options
 from fedaudit.attacks.objectives import cosine_distance, cosine_distance_rows, squared_norm
+from fedaudit.attacks.registry import ATTACKS
 from fedaudit.methods import MethodOption
 from fedaudit.models.normalize import denormalize, normalize
 

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import torch
 
-from fedaudit.attacks import ATTACKS
 from fedaudit.attacks.base import OptimizationAttack, total_variation, total_variation_rows
 from fedaudit.attacks.bn_prior import bn_options
 from fedaudit.attacks.init import normal_init
 from fedaudit.attacks.objectives import cosine_distance, cosine_distance_rows
+from fedaudit.attacks.registry import ATTACKS
 from fedaudit.methods import MethodOption
 
 

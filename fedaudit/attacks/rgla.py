@@ -28,10 +28,10 @@ import math
 
 import torch
 
-from fedaudit.attacks import ATTACKS
 from fedaudit.attacks.base import OptimizationAttack
 from fedaudit.attacks.ce_inversion import CEInversion
 from fedaudit.attacks.linear_inversion import fc_chain, invert_chain
+from fedaudit.attacks.registry import ATTACKS
 from fedaudit.errors import InputError
 from fedaudit.methods import MethodOption
 from fedaudit.models.normalize import denormalize

@@ -1,7 +1,9 @@
-"""Defenses a reviewer applies to an update before re-attacking it (``fedaudit defend <defense>``)."""
+"""Defenses a reviewer applies to an update before re-attacking it (``fedaudit defend <defense>``).
 
-from fedaudit.registry import Registry
+The registry lives in ``registry.py``; importing this package imports every defense module once, which registers it.
+"""
 
-DEFENSES: Registry = Registry("defense")
+from fedaudit.defenses import dp, prune, quantize, refiner, soteria, topk  # noqa: F401  (registration)
+from fedaudit.defenses.registry import DEFENSES
 
-from fedaudit.defenses import dp, prune, quantize, refiner, soteria, topk  # noqa: E402,F401  (registration)
+__all__ = ["DEFENSES"]

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from fedaudit.defenses import DEFENSES
+from fedaudit.defenses.registry import DEFENSES
 from fedaudit.io.truth import Truth
 from fedaudit.io.update import UpdateMeta
 from fedaudit.session import Session

@@ -16,8 +16,8 @@ import math
 
 import torch
 
-from fedaudit.defenses import DEFENSES
 from fedaudit.defenses.base import Defense, flat, unflat
+from fedaudit.defenses.registry import DEFENSES
 from fedaudit.errors import InputError
 from fedaudit.methods import MethodOption
 

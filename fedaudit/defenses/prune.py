@@ -3,9 +3,9 @@ entries of each tensor (``--scope global``: of the whole gradient)."""
 
 from __future__ import annotations
 
-from fedaudit.defenses import DEFENSES
 from fedaudit.defenses.base import Defense
 from fedaudit.defenses.magnitude import keep_largest
+from fedaudit.defenses.registry import DEFENSES
 from fedaudit.errors import InputError
 from fedaudit.methods import MethodOption
 

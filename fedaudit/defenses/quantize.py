@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import torch
 
-from fedaudit.defenses import DEFENSES
 from fedaudit.defenses.base import Defense
+from fedaudit.defenses.registry import DEFENSES
 from fedaudit.errors import InputError
 from fedaudit.methods import MethodOption
 

@@ -21,9 +21,9 @@ from __future__ import annotations
 import torch
 
 from fedaudit.attacks.engine import GradientEngine
-from fedaudit.defenses import DEFENSES
 from fedaudit.defenses.base import Defense, unflat
 from fedaudit.defenses.critic import load_critic
+from fedaudit.defenses.registry import DEFENSES
 from fedaudit.errors import InputError
 from fedaudit.methods import MethodOption
 from fedaudit.requirements import SINGLE_STEP

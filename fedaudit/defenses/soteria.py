@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 from torch.func import functional_call
 
-from fedaudit.defenses import DEFENSES
 from fedaudit.defenses.base import Defense
+from fedaudit.defenses.registry import DEFENSES
 from fedaudit.errors import InputError
 from fedaudit.methods import MethodOption
 from fedaudit.models.normalize import normalize

@@ -4,9 +4,9 @@ there is no error-feedback residual to carry."""
 
 from __future__ import annotations
 
-from fedaudit.defenses import DEFENSES
 from fedaudit.defenses.base import Defense
 from fedaudit.defenses.magnitude import keep_largest
+from fedaudit.defenses.registry import DEFENSES
 from fedaudit.errors import InputError
 from fedaudit.methods import MethodOption
 

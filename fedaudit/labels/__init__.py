@@ -1,11 +1,10 @@
-"""Label-recovery methods, one module each, registered by name (``fedaudit labels <method>``)."""
+"""Label-recovery methods, one module each, registered by name (``fedaudit labels <method>``).
 
-from fedaudit.registry import Registry
+The registry lives in ``registry.py``; importing this package imports every method module once, which registers it
+(order = the order of ``fedaudit labels --help``).
+"""
 
-LABEL_METHODS: Registry = Registry("label method")
-
-# registration (order = the order of ``fedaudit labels --help``)
-from fedaudit.labels import (  # noqa: E402,F401
+from fedaudit.labels import (  # noqa: F401  (registration)
     auto,
     bias_count,
     bn_count,
@@ -23,3 +22,6 @@ from fedaudit.labels import (  # noqa: E402,F401
     yin,
     zlg,
 )
+from fedaudit.labels.registry import LABEL_METHODS
+
+__all__ = ["LABEL_METHODS"]

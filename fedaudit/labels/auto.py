@@ -55,10 +55,10 @@ The routes live in fedaudit/labels/auto_routes/, one family per module; this mod
 
 from __future__ import annotations
 
-from fedaudit.labels import LABEL_METHODS
 from fedaudit.labels.auto_routes import bn_mixture, class_count, delta, evidence, rules, shown, split
 from fedaudit.labels.auto_routes.common import SPREAD_THRESHOLD, batch_statistics, candidates, input_independent, probe_head
 from fedaudit.labels.base import LabelMethod, LabelResult
+from fedaudit.labels.registry import LABEL_METHODS
 from fedaudit.methods import MethodOption
 from fedaudit.models.head import shared_head_passes
 from fedaudit.session import Session

@@ -7,9 +7,9 @@ count method; needs the bias gradient (bias removal defeats it).
 
 from __future__ import annotations
 
-from fedaudit.labels import LABEL_METHODS
 from fedaudit.labels.base import LabelMethod, LabelResult, integer_counts, samples_in_update
 from fedaudit.labels.features import aux_stats
+from fedaudit.labels.registry import LABEL_METHODS
 from fedaudit.requirements import BATCH_SIZE, FINAL_BIAS_GRAD
 from fedaudit.session import Session
 from fedaudit.threat_model import ThreatModel

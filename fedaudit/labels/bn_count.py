@@ -55,8 +55,8 @@ from torch.nn import functional as F
 from fedaudit.channels import bn_statistics
 from fedaudit.conversion import optimizer_terms, path_fractions
 from fedaudit.errors import NotApplicable
-from fedaudit.labels import LABEL_METHODS
 from fedaudit.labels.base import LabelMethod, LabelResult, integer_counts, samples_in_update
+from fedaudit.labels.registry import LABEL_METHODS
 from fedaudit.methods import MethodOption
 from fedaudit.models.normalize import normalize
 from fedaudit.requirements import BATCH_SIZE, Requirement

@@ -46,8 +46,8 @@ from torch.func import functional_call
 
 from fedaudit.conversion import client_change, optimizer_terms
 from fedaudit.errors import NotApplicable
-from fedaudit.labels import LABEL_METHODS
 from fedaudit.labels.base import LabelMethod, LabelResult, integer_counts, samples_in_update
+from fedaudit.labels.registry import LABEL_METHODS
 from fedaudit.methods import MethodOption
 from fedaudit.models.normalize import normalize
 from fedaudit.progress import advance

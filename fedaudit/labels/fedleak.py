@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import torch
 
-from fedaudit.labels import LABEL_METHODS
 from fedaudit.labels.base import LabelMethod, LabelResult, integer_counts, samples_in_update, set_result
 from fedaudit.labels.features import output_weight_grad_rowsums
+from fedaudit.labels.registry import LABEL_METHODS
 from fedaudit.methods import MethodOption
 from fedaudit.requirements import BATCH_SIZE, FINAL_WEIGHT_GRAD
 from fedaudit.session import Session

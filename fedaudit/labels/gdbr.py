@@ -22,9 +22,9 @@ import torch.nn.functional as F
 from torch import fx, nn
 
 from fedaudit.errors import NotApplicable
-from fedaudit.labels import LABEL_METHODS
 from fedaudit.labels.base import LabelMethod, LabelResult, integer_counts, samples_in_update
 from fedaudit.labels.features import head_stats
+from fedaudit.labels.registry import LABEL_METHODS
 from fedaudit.methods import MethodOption
 from fedaudit.requirements import BATCH_SIZE, Requirement
 from fedaudit.session import Session

@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedaudit.labels import LABEL_METHODS
 from fedaudit.labels.base import LabelMethod, LabelResult, samples_in_update
 from fedaudit.labels.features import aux_stats
+from fedaudit.labels.registry import LABEL_METHODS
 from fedaudit.methods import MethodOption
 from fedaudit.requirements import BATCH_SIZE, FINAL_WEIGHT_GRAD
 from fedaudit.session import Session

@@ -50,8 +50,8 @@ from scipy.optimize import linprog
 from torch import nn
 
 from fedaudit.errors import NotApplicable
-from fedaudit.labels import LABEL_METHODS
 from fedaudit.labels.base import LabelMethod, LabelResult, affine_rows, integer_counts, samples_in_update
+from fedaudit.labels.registry import LABEL_METHODS
 from fedaudit.methods import MethodOption
 from fedaudit.models.head import forward_detached, output_layer_io
 from fedaudit.models.normalize import normalize

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from fedaudit.labels import LABEL_METHODS
 from fedaudit.labels.base import LabelMethod, LabelResult, integer_counts, samples_in_update
+from fedaudit.labels.registry import LABEL_METHODS
 from fedaudit.requirements import BATCH_SIZE, FINAL_BIAS_GRAD, FINAL_WEIGHT_GRAD
 from fedaudit.session import Session
 from fedaudit.threat_model import ThreatModel

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import torch
 
-from fedaudit.labels import LABEL_METHODS
 from fedaudit.labels.base import LabelMethod, LabelResult, list_result, samples_in_update
 from fedaudit.labels.features import output_weight_grad_rowsums
+from fedaudit.labels.registry import LABEL_METHODS
 from fedaudit.requirements import BATCH_SIZE, FINAL_WEIGHT_GRAD
 from fedaudit.session import Session
 from fedaudit.threat_model import ThreatModel

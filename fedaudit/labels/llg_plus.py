@@ -15,10 +15,10 @@ from __future__ import annotations
 import torch
 
 from fedaudit.errors import NotApplicable
-from fedaudit.labels import LABEL_METHODS
 from fedaudit.labels.base import LabelMethod, LabelResult, samples_in_update
 from fedaudit.labels.features import head_stats, output_weight_grad_rowsums
 from fedaudit.labels.llg import greedy_counts
+from fedaudit.labels.registry import LABEL_METHODS
 from fedaudit.methods import MethodOption
 from fedaudit.requirements import BATCH_SIZE, FINAL_WEIGHT_GRAD
 from fedaudit.session import Session

@@ -52,9 +52,9 @@ import torch
 
 from fedaudit.conversion import momentum_weights, optimizer_terms
 from fedaudit.errors import NotApplicable
-from fedaudit.labels import LABEL_METHODS
 from fedaudit.labels.base import LabelMethod, LabelResult, integer_counts, samples_in_update
 from fedaudit.labels.progress import draw_by_class, simulated_confidence, simulated_progress
+from fedaudit.labels.registry import LABEL_METHODS
 from fedaudit.methods import MethodOption
 from fedaudit.models.head import output_layer_io
 from fedaudit.progress import advance

@@ -38,9 +38,9 @@ from __future__ import annotations
 import torch
 
 from fedaudit.errors import NotApplicable
-from fedaudit.labels import LABEL_METHODS
 from fedaudit.labels.base import LabelMethod, LabelResult, affine_rows, samples_in_update
 from fedaudit.labels.features import head_stats
+from fedaudit.labels.registry import LABEL_METHODS
 from fedaudit.methods import MethodOption
 from fedaudit.progress import advance
 from fedaudit.requirements import BATCH_SIZE, FINAL_BIAS_GRAD, FINAL_WEIGHT_GRAD, SINGLE_STEP

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from fedaudit.labels import LABEL_METHODS
 from fedaudit.labels.base import LabelMethod, LabelResult, samples_in_update, set_result
+from fedaudit.labels.registry import LABEL_METHODS
 from fedaudit.requirements import BATCH_SIZE, FINAL_WEIGHT_GRAD
 from fedaudit.session import Session
 from fedaudit.threat_model import ThreatModel

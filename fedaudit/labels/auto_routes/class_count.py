@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import torch
 
-from fedaudit.labels import LABEL_METHODS
 from fedaudit.labels.auto_routes.bn_mixture import bn_one_class, by_agreement, doubts_one_class
 from fedaudit.labels.auto_routes.common import ONE_CLASS_SHARE, SPREAD_THRESHOLD, Run, all_in_class, routed, run_each
 from fedaudit.labels.base import LabelResult
+from fedaudit.labels.registry import LABEL_METHODS
 from fedaudit.session import Session
 from fedaudit.threat_model import ThreatModel
 

@@ -7,9 +7,10 @@ import time
 import torch
 
 from fedaudit.errors import NotApplicable
-from fedaudit.labels import LABEL_METHODS, presence
+from fedaudit.labels import presence
 from fedaudit.labels.base import LabelMethod, LabelResult, integer_counts
 from fedaudit.labels.features import head_stats
+from fedaudit.labels.registry import LABEL_METHODS
 from fedaudit.session import Aux, Session
 from fedaudit.threat_model import ThreatModel
 
