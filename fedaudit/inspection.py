@@ -11,6 +11,7 @@ from fedaudit.attacks import ATTACKS
 from fedaudit.channels import bn_statistics
 from fedaudit.defenses import DEFENSES
 from fedaudit.labels import LABEL_METHODS
+from fedaudit.report.types import InspectResult, build
 from fedaudit.session import Session
 from fedaudit.threat_model import ThreatModel
 
@@ -58,7 +59,7 @@ def inspect_threat_model(tm: ThreatModel) -> dict[str, Any]:
                        "grad_norm": _norm(tm.gradient[name]) if ok else None})
     buffers = [{"name": k, "shape": list(v.shape)} for k, v in tm.client_buffers.items()]
     meta = tm.meta.as_dict()
-    return {
+    return build(InspectResult, {
         "checkpoint": {"path": str(tm.checkpoint.path), "sha256": tm.checkpoint.sha256, "arch": tm.spec.arch,
                        "arch_kwargs": tm.spec.kwargs, "num_classes": tm.spec.num_classes,
                        "input_shape": list(tm.spec.input_shape), "mean": list(tm.spec.mean), "std": list(tm.spec.std),
@@ -81,4 +82,4 @@ def inspect_threat_model(tm: ThreatModel) -> dict[str, Any]:
         "attacks": _attack_applicability(tm),
         "defenses": _applicability(DEFENSES, tm),
         "warnings": tm.warnings,
-    }
+    })

@@ -59,3 +59,23 @@ def lenet_ckpt(tmp_path) -> Path:
     path = tmp_path / "lenet.safetensors"
     save_checkpoint(path, build_model(CIFAR_SPEC), CIFAR_SPEC)
     return path
+
+
+@pytest.fixture(autouse=True)
+def stdout_documents_follow_their_schema(monkeypatch):
+    """Every typed stdout document a test makes (``reconstruct``, ``labels``, ``inspect``: fedaudit/report/types.py)
+    is validated against its published JSON Schema (docs/schema/) as it is written (issue 66)."""
+    from fedaudit.io import files
+    from fedaudit.report.types import STDOUT_SCHEMA_VERSION
+
+    from .schemas import validate
+
+    real = files.dumps_json
+
+    def checked(obj, *args, **kwargs):
+        text = real(obj, *args, **kwargs)
+        if isinstance(obj, dict) and obj.get("schema_version") == STDOUT_SCHEMA_VERSION:
+            validate(obj.get("command"), text)
+        return text
+
+    monkeypatch.setattr(files, "dumps_json", checked)

@@ -16,7 +16,7 @@ from .helpers import SAMPLE_NAMES, assert_one_error_line, run_module, sample
 def test_inspect_every_sample(cli, name):
     ckpt, upd, _ = sample(name)
     info = cli.json(cli("inspect", ckpt, upd, "-q"))
-    assert info["finite"] and info["kind"] in ("gradient", "delta")
+    assert info["finite"] and info["kind"] in ("gradient", "delta", "weights")
     assert set(info["parameters_present"]) | set(info["parameters_absent"]) == {r["name"] for r in info["layers"]}
     for row in info["layers"]:
         assert (row["grad_norm"] is not None and row["grad_norm"] >= 0) == row["present"]

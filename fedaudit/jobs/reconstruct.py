@@ -34,6 +34,7 @@ from fedaudit.models.head import output_layer_io
 from fedaudit.report.document import new_report
 from fedaudit.report.label_lines import summary_line
 from fedaudit.report.outdir import OutputDir
+from fedaudit.report.types import Identification, ReconstructSummary, build
 from fedaudit.report.write import comparison_grid, write_report
 from fedaudit.session import Session
 from fedaudit.threat_model import ThreatModel
@@ -104,7 +105,7 @@ class ReconstructResult:
         return self.report["status"] == "interrupted"
 
     def summary(self, out: Path | str) -> dict[str, Any]:
-        """The JSON ``fedaudit reconstruct`` prints."""
+        """The JSON ``fedaudit reconstruct`` prints (fedaudit/report/types.py ``ReconstructSummary``)."""
         r = self.report
         out_d = {"out": str(out), "status": r["status"], "attack": r["attack"]["name"], "distance": r["attack"]["distance"],
                  "labels": r["labels"]["labels"], "iterations_run": r["attack"]["iterations_run"]}
@@ -112,10 +113,12 @@ class ReconstructResult:
         if "features" in m:
             out_d["feature_relative_error"] = m["features"]["relative_error"]
         if "risk_band" in m:
+            ident = m.get("identification") or {}
             out_d.update(risk_band=m["risk_band"], summary=m["summary"], paper_best_match=m.get("paper_best_match"),
                          blank_baseline=m.get("blank_baseline"), psnr_above_blank=m.get("psnr_above_blank"),
                          risk_band_psnr=m.get("risk_band_psnr"),
-                         identification={k: (m.get("identification") or {}).get(k) for k in ("rate", "identified", "of", "band")})
+                         identification=Identification(ident.get("rate"), ident.get("identified"), ident.get("of"),
+                                                       ident.get("band")))
         out_d["barely_moved"] = r["attack"]["movement"]["barely_moved"]
         verdict = r.get("evidence", {}).get("verdict") or {}
         if "risk_band" in m:
@@ -126,7 +129,7 @@ class ReconstructResult:
         gate = r.get("fail_on_band") or {}
         out_d.update(band_for_fail_on=gate.get("band"), band_source=gate.get("source_kind"), gate=gate.get("gate"),
                      gate_line=gate.get("line"))
-        return out_d
+        return build(ReconstructSummary, out_d)
 
     def notes(self, out: Path | str) -> list[str]:
         """The lines ``fedaudit reconstruct`` logs on stderr."""

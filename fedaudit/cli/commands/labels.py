@@ -32,6 +32,7 @@ def _labels(cls, options: dict, kw: dict) -> None:
     from fedaudit.io.truth import load_truth
     from fedaudit.jobs import LabelJob
     from fedaudit.report.label_lines import summary_line
+    from fedaudit.report.types import LabelsResult, build
 
     check_output_file(kw["output"], kw["force"])
     session = session_from(kw)
@@ -39,7 +40,7 @@ def _labels(cls, options: dict, kw: dict) -> None:
     truth = load_truth(kw["truth"]) if kw["truth"] else None
     out = LabelJob(session, tm, cls.name, options, self_check=kw["self_check"],
                    truth_mismatch=kw["truth_mismatch"].value).run(truth)
-    emit_json(out, kw["output"])
+    emit_json(build(LabelsResult, out), kw["output"])
     con = err_console(kw["quiet"])
     con.print(_table(out))
     ev = out.get("evidence") or {}

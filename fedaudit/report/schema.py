@@ -1,0 +1,76 @@
+"""JSON Schemas of the stdout documents, generated from their types (fedaudit/report/types.py).
+
+    .venv/bin/python -m fedaudit.report.schema            # writes docs/schema/<command>.json
+    .venv/bin/python -m fedaudit.report.schema --check    # exit 1 when a published file is stale
+
+Generation uses pydantic (a development dependency: the ``dev`` extra), never at run time. Every field of a
+document is required (it is always present, ``null`` when nothing was measured); no other key is allowed except
+``non_finite``, the list the JSON writer adds when a number could not be computed (fedaudit/io/files.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from fedaudit.report.types import DOCUMENTS, STDOUT_SCHEMA_VERSION, Document
+
+SCHEMA_DIR = Path(__file__).resolve().parents[2] / "docs" / "schema"
+
+
+def _close(schema: dict[str, Any]) -> None:
+    """Every object of a document type: all its fields required, nothing else allowed (open dicts stay open)."""
+    for node in [schema, *schema.get("$defs", {}).values()]:
+        if node.get("type") == "object" and "properties" in node:
+            node["required"] = list(node["properties"])
+            node["additionalProperties"] = False
+
+
+def schema_of(kind: type[Document]) -> dict[str, Any]:
+    from pydantic import TypeAdapter
+
+    schema = TypeAdapter(kind).json_schema(mode="serialization")
+    _close(schema)
+    command = kind.command()
+    schema["properties"] = {
+        "schema_version": {"type": "string", "const": STDOUT_SCHEMA_VERSION},
+        "command": {"type": "string", "const": command},
+        **schema["properties"],
+        "non_finite": {"type": "array", "items": {"type": "string"},
+                       "description": "JSON paths of numbers that could not be computed (written as null)"},
+    }
+    schema["required"] = ["schema_version", "command", *schema["required"]]
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema",
+            "$id": f"https://fedaudit.invalid/schema/{command}.json", **schema}
+
+
+def render(kind: type[Document]) -> str:
+    return json.dumps(schema_of(kind), indent=2, sort_keys=False) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--check", action="store_true", help="compare with the published files instead of writing")
+    ap.add_argument("--out", type=Path, default=SCHEMA_DIR)
+    args = ap.parse_args(argv)
+    stale = []
+    for command, kind in DOCUMENTS.items():
+        path = args.out / f"{command}.json"
+        text = render(kind)
+        if args.check:
+            if not path.is_file() or path.read_text() != text:
+                stale.append(str(path))
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+    if stale:
+        print("stale (run python -m fedaudit.report.schema): " + ", ".join(stale), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

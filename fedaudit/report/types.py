@@ -1,0 +1,152 @@
+"""The documents fedaudit prints on stdout (or writes with ``-o``), as types: what a pipeline parses.
+
+Each is a dataclass that builds its JSON (``to_json``): every field is always present (``null`` where nothing was
+measured, e.g. the measured band without ``--truth``), and every document says which command made it and the
+schema it follows. The JSON Schemas in docs/schema/ are generated from these types (``python -m
+fedaudit.report.schema``); a test validates every document the suite prints against them and fails when the
+published files are stale. How the schemas change: docs/schema/README.md.
+
+Types first cover the three documents pipelines read most (``reconstruct``, ``labels``, ``inspect``); their nested
+parts are typed where a pipeline gates on them (bands, ranges, gates) and open objects elsewhere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Literal
+
+# The stdout documents' schema version: the major number changes when a field is removed, renamed or changes type;
+# the minor when one is added (docs/schema/README.md).
+STDOUT_SCHEMA_VERSION = "2.0"
+
+Band = Literal["low", "medium", "high", "very_high"]
+
+
+@dataclass
+class Document:
+    """What every stdout document carries."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema_version": STDOUT_SCHEMA_VERSION, "command": self.command(), **dataclasses.asdict(self)}
+
+    @classmethod
+    def command(cls) -> str:
+        raise NotImplementedError
+
+
+@dataclass
+class Identification:
+    rate: float | None
+    identified: int | None
+    of: int | None
+    band: Band | None
+
+
+@dataclass
+class ReconstructSummary(Document):
+    """``fedaudit reconstruct``'s stdout: the run, its measured band (with ``--truth``), its truth-free estimate and
+    the band ``--fail-on`` read."""
+
+    out: str
+    status: Literal["complete", "interrupted"]
+    attack: str
+    distance: float | None
+    labels: list[int]
+    iterations_run: int
+    barely_moved: bool | None
+    # measured against the truth (null without --truth)
+    risk_band: Band | None
+    risk_band_range: list[Band] | None
+    risk_band_psnr: Band | None
+    summary: dict[str, Any] | None
+    paper_best_match: dict[str, Any] | None
+    blank_baseline: dict[str, Any] | None
+    psnr_above_blank: float | None
+    identification: Identification | None
+    feature_relative_error: dict[str, Any] | None
+    # the truth-free estimate
+    risk_band_estimated: Band | None
+    risk_band_estimated_range: list[Band] | None
+    risk_band_estimated_confidence: float | None
+    risk_band_estimated_p_higher: float | None
+    estimate_source: str | None
+    # what --fail-on read
+    band_for_fail_on: Band | None
+    band_source: str | None
+    gate: Literal["upper", "point", "lower"] | None
+    gate_line: str | None
+
+    @classmethod
+    def command(cls) -> str:
+        return "reconstruct"
+
+
+@dataclass
+class LabelsResult(Document):
+    """``fedaudit labels METHOD``'s stdout: the counts per class, the labels, and what the reading rests on."""
+
+    method: str
+    paper: str
+    counts_capable: bool
+    num_samples: int
+    counts: list[float]
+    counts_int: list[int]
+    labels: list[int]
+    options: dict[str, Any]
+    aux: dict[str, Any] | None
+    seed: int
+    diagnostics: dict[str, Any]
+    warnings: list[str]
+    timing_s: float
+    truth_counts: list[int] | None
+    metrics: dict[str, Any] | None
+    evidence: dict[str, Any]
+    channels: dict[str, Any]
+    inputs: dict[str, Any]
+
+    @classmethod
+    def command(cls) -> str:
+        return "labels"
+
+
+@dataclass
+class InspectResult(Document):
+    """``fedaudit inspect``'s stdout: what an update contains and which methods can run on it."""
+
+    checkpoint: dict[str, Any]
+    update: dict[str, Any]
+    kind: Literal["gradient", "delta", "weights"]
+    batch_size: int | None
+    local_steps: int
+    final_layer: str | None
+    has_batchnorm: bool
+    parameters_present: list[str]
+    parameters_absent: list[str]
+    restricted: bool
+    client_buffers: list[dict[str, Any]]
+    channels: dict[str, Any]
+    finite: bool
+    nonfinite_tensors: list[str]
+    layers: list[dict[str, Any]]
+    label_methods: dict[str, Any]
+    attacks: dict[str, Any]
+    defenses: dict[str, Any]
+    warnings: list[str]
+
+    @classmethod
+    def command(cls) -> str:
+        return "inspect"
+
+
+DOCUMENTS: dict[str, type[Document]] = {t.command(): t for t in (ReconstructSummary, LabelsResult, InspectResult)}
+
+
+def build(kind: type[Document], fields: dict[str, Any]) -> dict[str, Any]:
+    """The JSON of a ``kind`` document from ``fields`` (a field not given is null; an unknown one is a programming
+    error: the type is the contract)."""
+    names = {f.name for f in dataclasses.fields(kind)}
+    unknown = set(fields) - names
+    if unknown:
+        raise TypeError(f"{kind.__name__} has no field(s) {sorted(unknown)}")
+    return kind(**{n: fields.get(n) for n in names}).to_json()

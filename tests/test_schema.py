@@ -1,0 +1,42 @@
+"""The typed stdout documents and their published JSON Schemas (issue 66): current, and every document valid."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fedaudit.report import schema
+from fedaudit.report.types import DOCUMENTS, STDOUT_SCHEMA_VERSION, LabelsResult, build
+
+from .helpers import sample
+from .schemas import validate
+
+
+def test_the_published_schemas_are_generated_from_the_types():
+    assert schema.main(["--check"]) == 0, "run: python -m fedaudit.report.schema"
+    assert set(DOCUMENTS) == {"reconstruct", "labels", "inspect"}
+
+
+def test_each_typed_command_prints_a_document_its_schema_accepts(cli, tmp_path):
+    ckpt, upd, truth = sample("lenet_b1")
+    docs = {"inspect": cli.json(cli("inspect", ckpt, upd, "-q")),
+            "labels": cli.json(cli("labels", "idlg", ckpt, upd, "--truth", truth, "-q")),
+            "reconstruct": cli.json(cli("reconstruct", "ig", ckpt, upd, "-o", tmp_path / "r", "-n", "3",
+                                        "--proxies", "0", "-q"))}
+    for command, doc in docs.items():
+        assert doc["schema_version"] == STDOUT_SCHEMA_VERSION and doc["command"] == command
+        validate(command, json.dumps(doc))
+    assert docs["reconstruct"]["risk_band"] is None  # no truth: present, and null
+    assert docs["reconstruct"]["risk_band_estimated"] in ("low", "medium", "high", "very_high")
+
+
+def test_a_document_that_drifts_from_its_type_is_caught():
+    with pytest.raises(TypeError, match="no field"):
+        build(LabelsResult, {"method": "idlg", "surprise": 1})
+    ok = build(LabelsResult, {"method": "idlg"})
+    with pytest.raises(AssertionError, match="labels document breaks"):
+        validate("labels", json.dumps(ok))  # required fields null where the schema wants values
+    doc = {**ok, "extra": 1}
+    with pytest.raises(AssertionError, match="Additional properties"):
+        validate("labels", json.dumps(doc))
