@@ -15,15 +15,23 @@ from .schemas import validate
 
 def test_the_published_schemas_are_generated_from_the_types():
     assert schema.main(["--check"]) == 0, "run: python -m fedaudit.report.schema"
-    assert set(DOCUMENTS) == {"reconstruct", "labels", "inspect"}
+    assert set(DOCUMENTS) == {"reconstruct", "labels", "inspect", "score", "audit", "audit-round", "defend", "capture"}
 
 
+@pytest.mark.slow
 def test_each_typed_command_prints_a_document_its_schema_accepts(cli, tmp_path):
     ckpt, upd, truth = sample("lenet_b1")
     docs = {"inspect": cli.json(cli("inspect", ckpt, upd, "-q")),
             "labels": cli.json(cli("labels", "idlg", ckpt, upd, "--truth", truth, "-q")),
             "reconstruct": cli.json(cli("reconstruct", "ig", ckpt, upd, "-o", tmp_path / "r", "-n", "3",
                                         "--proxies", "0", "-q"))}
+    docs["score"] = cli.json(cli("score", tmp_path / "r" / "reconstruction.safetensors", "--truth", truth, "-o",
+                                 tmp_path / "s", "-q"))
+    docs["defend"] = cli.json(cli("defend", "prune", ckpt, upd, "-o", tmp_path / "d.safetensors", "--ratio", "0.5",
+                                  "-q"))
+    docs["capture"] = cli.json(cli("capture", ckpt, truth, "-b", "1", "-o", tmp_path / "c.safetensors", "-q"))
+    docs["audit"] = cli.json(cli("audit", ckpt, upd, "--truth", truth, "-o", tmp_path / "a", "--attacks", "ig",
+                                 "--defenses", "none,prune:0.5", "-n", "3", "-q"))
     for command, doc in docs.items():
         assert doc["schema_version"] == STDOUT_SCHEMA_VERSION and doc["command"] == command
         validate(command, json.dumps(doc))

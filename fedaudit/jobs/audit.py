@@ -7,6 +7,7 @@ records the image metrics, the label method's InsAcc, the risk band and where it
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +31,7 @@ from fedaudit.metrics.risk import worst_band
 from fedaudit.report.audit_html import render_audit_html
 from fedaudit.report.document import new_report
 from fedaudit.report.outdir import OutputDir
+from fedaudit.report.types import AuditCell, AuditSummary, build, typed
 from fedaudit.session import Session
 from fedaudit.threat_model import ThreatModel
 
@@ -93,6 +95,15 @@ class AuditJob:
     self_check: int = 0  # the label method's self-check, once per defense row (its clients get the row's defenses)
     gate: str = "upper"  # which end of each cell's measured band range --fail-on tests (fedaudit/metrics/risk.py)
     truth_mismatch: str = "error"  # a truth recorded for another update: error | warn (fedaudit/io/truth.py)
+
+    @staticmethod
+    def summary(out, doc: dict[str, Any]) -> dict[str, Any]:
+        """The JSON ``fedaudit audit`` prints (fedaudit/report/types.py ``AuditSummary``)."""
+        cells = [typed(AuditCell, {k: c.get(k) for k in (f.name for f in dataclasses.fields(AuditCell))})
+                 for c in doc["cells"]]
+        return build(AuditSummary, {"out": str(out), "status": doc["status"], "worst_risk_band": doc["worst_risk_band"],
+                                    "worst_band_for_fail_on": doc["worst_band_for_fail_on"], "gate": doc["gate"],
+                                    "cells": cells})
 
     def __post_init__(self) -> None:
         check_plan(self.attacks, self.labels, self.iterations, self.restarts)

@@ -15,6 +15,7 @@ from fedaudit.io.files import sha256_file
 from fedaudit.io.images import labels_from_csv, load_images, parse_labels
 from fedaudit.io.truth import Truth, save_truth
 from fedaudit.io.update import save_update
+from fedaudit.report.types import CaptureSummary, build
 from fedaudit.session import Session
 
 
@@ -44,9 +45,9 @@ class CaptureJob:
         update_sha = sha256_file(output)
         if truth is not None:
             save_truth(truth, Truth(batch.images, y, cap.step, batch.names, update_sha))
-        return {"update": str(output), "sha256": update_sha, "truth": str(truth) if truth else None,
+        return build(CaptureSummary, {"update": str(output), "sha256": update_sha, "truth": str(truth) if truth else None,
                 "kind": cap.meta.kind, "batch_size": self.config.batch_size, "local_steps": self.config.local_steps,
                 "num_examples": len(batch.names), "tensors": len(cap.tensors), "withheld": list(self.config.withhold),
                 # which file got which label, in the client's data order (folders are read in sorted name order)
                 "images": [{"file": name, "label": int(label), "step": int(step)}
-                           for name, label, step in zip(batch.names, y.tolist(), cap.step.tolist())]}
+                           for name, label, step in zip(batch.names, y.tolist(), cap.step.tolist())]})

@@ -19,6 +19,7 @@ from fedaudit.errors import NotApplicable
 from fedaudit.io.truth import Truth
 from fedaudit.io.update import save_update
 from fedaudit.methods import parse_spec
+from fedaudit.report.types import DefendSummary, build
 from fedaudit.session import Session
 from fedaudit.threat_model import ThreatModel
 
@@ -48,6 +49,12 @@ class DefendJob:
     chain: list[tuple[str, dict[str, Any] | None]]  # (defense name, options as given)
     batch: Truth | None = None  # the client's images and labels (defenses that recompute the gradient)
     resolved: list[tuple[str, dict[str, Any]]] = field(init=False)
+
+    def summary(self, out, result: DefendResult) -> dict[str, Any]:
+        """The JSON ``fedaudit defend`` prints (fedaudit/report/types.py ``DefendSummary``)."""
+        return build(DefendSummary, {"output": str(out), "defense": result.records[-1],
+                                     "relative_gradient_error": self.utility(result)["relative_gradient_error"],
+                                     "defenses_applied": len(self.tm.meta.defenses) + len(result.records)})
 
     def __post_init__(self) -> None:
         # building each defense validates its option values: a bad chain fails before any work starts

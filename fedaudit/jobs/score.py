@@ -13,6 +13,7 @@ from fedaudit.jobs.gate import fail_on_band
 from fedaudit.metrics.evaluate import evaluate_images
 from fedaudit.report.document import Timer, new_report
 from fedaudit.report.outdir import OutputDir
+from fedaudit.report.types import ScoreSummary, build
 from fedaudit.report.write import write_report
 from fedaudit.session import Session
 
@@ -43,8 +44,9 @@ class ScoreJob:
     def summary(out: Path, report: dict[str, Any]) -> dict[str, Any]:
         """The JSON ``fedaudit score`` prints."""
         m = report["metrics"]
-        return {"out": str(out), "risk_band": m["risk_band"], "risk_band_range": m["risk_band_range"],
-                "band_for_fail_on": report["fail_on_band"]["band"], "gate": report["fail_on_band"]["gate"],
-                "gate_line": report["fail_on_band"]["line"], "summary": m["summary"],
-                "worst_image_risk_band": m["worst_image_risk_band"], "paper_best_match": m.get("paper_best_match"),
-                "blank_baseline": m.get("blank_baseline"), "psnr_above_blank": m.get("psnr_above_blank")}
+        return build(ScoreSummary, {
+            "out": str(out), "risk_band": m["risk_band"], "risk_band_range": m["risk_band_range"],
+            "band_for_fail_on": report["fail_on_band"]["band"], "gate": report["fail_on_band"]["gate"],
+            "gate_line": report["fail_on_band"]["line"], "summary": m["summary"],
+            "worst_image_risk_band": m["worst_image_risk_band"], "paper_best_match": m.get("paper_best_match"),
+            "blank_baseline": m.get("blank_baseline"), "psnr_above_blank": m.get("psnr_above_blank")})

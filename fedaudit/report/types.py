@@ -6,8 +6,9 @@ schema it follows. The JSON Schemas in docs/schema/ are generated from these typ
 fedaudit.report.schema``); a test validates every document the suite prints against them and fails when the
 published files are stale. How the schemas change: docs/schema/README.md.
 
-Types first cover the three documents pipelines read most (``reconstruct``, ``labels``, ``inspect``); their nested
-parts are typed where a pipeline gates on them (bands, ranges, gates) and open objects elsewhere.
+Typed: ``reconstruct``, ``labels``, ``inspect``, ``score``, ``audit``, ``audit-round``, ``defend`` and ``capture``;
+nested parts are typed where a pipeline gates on them (bands, ranges, gates, cells, clients) and open objects
+elsewhere. The tools' own outputs (``models``, ``init-checkpoint``, ``aux export``, ``train-*``) are not yet.
 """
 
 from __future__ import annotations
@@ -139,14 +140,141 @@ class InspectResult(Document):
         return "inspect"
 
 
-DOCUMENTS: dict[str, type[Document]] = {t.command(): t for t in (ReconstructSummary, LabelsResult, InspectResult)}
+@dataclass
+class ScoreSummary(Document):
+    """``fedaudit score``'s stdout: a reconstruction measured against the truth."""
+
+    out: str
+    risk_band: Band
+    risk_band_range: list[Band]
+    band_for_fail_on: Band
+    gate: Literal["upper", "point", "lower"]
+    gate_line: str
+    summary: dict[str, Any]
+    worst_image_risk_band: Band | None
+    paper_best_match: dict[str, Any] | None
+    blank_baseline: dict[str, Any] | None
+    psnr_above_blank: float | None
+
+    @classmethod
+    def command(cls) -> str:
+        return "score"
+
+
+@dataclass
+class AuditCell:
+    """One attack against one defended copy of the update."""
+
+    defense: str
+    attack: str
+    psnr: float | None
+    ssim: float | None
+    risk_band: Band | None
+    risk_band_range: list[Band] | None
+    band_for_fail_on: Band | None
+    risk_band_estimated: Band | None
+    label_insacc: float | None
+    label_insacc_floor: float | None
+    label_self_check: dict[str, Any] | None
+    error: str | None
+
+
+@dataclass
+class AuditSummary(Document):
+    """``fedaudit audit``'s stdout: every attack against every defended copy, and the worst band."""
+
+    out: str
+    status: Literal["complete", "interrupted", "incomplete"]
+    worst_risk_band: Band | None
+    worst_band_for_fail_on: Band | None
+    gate: Literal["upper", "point", "lower"]
+    cells: list[AuditCell]
+
+    @classmethod
+    def command(cls) -> str:
+        return "audit"
+
+
+@dataclass
+class RoundClient:
+    """One client of a round."""
+
+    client: str
+    status: str
+    band: Band | None
+    labels: list[int] | None
+    label_self_check: dict[str, Any] | None
+    error: str | None
+    exit: int | None
+
+
+@dataclass
+class RoundSummary(Document):
+    """``fedaudit audit-round``'s stdout: every client of a round, the worst one and the bands' histogram."""
+
+    out: str
+    status: Literal["complete", "interrupted"]
+    worst_client: str | None
+    worst_band: Band | None
+    histogram: dict[str, int]
+    audited: int
+    resumed: int
+    clients: list[RoundClient]
+
+    @classmethod
+    def command(cls) -> str:
+        return "audit-round"
+
+
+@dataclass
+class DefendSummary(Document):
+    """``fedaudit defend DEFENSE``'s stdout: the defended update written and what the defense did."""
+
+    output: str
+    defense: dict[str, Any]
+    relative_gradient_error: float | None
+    defenses_applied: int
+
+    @classmethod
+    def command(cls) -> str:
+        return "defend"
+
+
+@dataclass
+class CaptureSummary(Document):
+    """``fedaudit capture``'s stdout: the recorded update, its recipe and which image went to which label and step."""
+
+    update: str
+    sha256: str
+    truth: str | None
+    kind: Literal["gradient", "delta", "weights"]
+    batch_size: int
+    local_steps: int
+    num_examples: int
+    tensors: int
+    withheld: list[str]
+    images: list[dict[str, Any]]
+
+    @classmethod
+    def command(cls) -> str:
+        return "capture"
+
+
+DOCUMENTS: dict[str, type[Document]] = {t.command(): t for t in (
+    ReconstructSummary, LabelsResult, InspectResult, ScoreSummary, AuditSummary, RoundSummary, DefendSummary,
+    CaptureSummary)}
+
+
+def typed(kind: type, fields: dict[str, Any]) -> Any:
+    """A ``kind`` from ``fields`` (a field not given is None; an unknown one is a programming error: the type is the
+    contract)."""
+    names = [f.name for f in dataclasses.fields(kind)]
+    unknown = set(fields) - set(names)
+    if unknown:
+        raise TypeError(f"{kind.__name__} has no field(s) {sorted(unknown)}")
+    return kind(**{n: fields.get(n) for n in names})
 
 
 def build(kind: type[Document], fields: dict[str, Any]) -> dict[str, Any]:
-    """The JSON of a ``kind`` document from ``fields`` (a field not given is null; an unknown one is a programming
-    error: the type is the contract)."""
-    names = {f.name for f in dataclasses.fields(kind)}
-    unknown = set(fields) - names
-    if unknown:
-        raise TypeError(f"{kind.__name__} has no field(s) {sorted(unknown)}")
-    return kind(**{n: fields.get(n) for n in names}).to_json()
+    """The JSON of a ``kind`` document from ``fields`` (see :func:`typed`)."""
+    return typed(kind, fields).to_json()

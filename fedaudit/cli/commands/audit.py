@@ -71,12 +71,7 @@ def audit(**kw) -> None:
                   session.quiet)
         inputs = {k: kw[k] for k in ("checkpoint", "update", "truth", "eval_images")}
         doc = job.run_to(outdir, inputs, on_cell=lambda c: info_line(_cell_line(c), session.quiet))
-    emit_json({"out": str(kw["out"]), "status": doc["status"], "worst_risk_band": doc["worst_risk_band"],
-               "worst_band_for_fail_on": doc["worst_band_for_fail_on"], "gate": doc["gate"],
-               "cells": [{k: c.get(k) for k in ("defense", "attack", "psnr", "ssim", "risk_band", "risk_band_range",
-                                                "band_for_fail_on", "risk_band_estimated",
-                                                "label_insacc", "label_insacc_floor", "label_self_check", "error")}
-                         for c in doc["cells"]]})
+    emit_json(AuditJob.summary(kw["out"], doc))
     if doc["status"] == "interrupted":
         info_line("interrupted: the cells finished so far were written", session.quiet)
         raise typer.Exit(EXIT_INTERRUPTED)

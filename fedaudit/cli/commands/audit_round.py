@@ -57,11 +57,7 @@ def audit_round(**kw) -> None:
             info_line(f"{row['client']}: error (exit {row['exit']}): {row['error']}", kw["quiet"])
 
     doc = job.run(on_client=line)
-    emit_json({"out": str(kw["out"]), "status": doc["status"], "worst_client": doc["worst_client"],
-               "worst_band": doc["worst_band"], "histogram": doc["histogram"], "audited": doc["audited"],
-               "resumed": sum(bool(r.get("resumed")) for r in doc["clients"]),
-               "clients": [{k: r.get(k) for k in ("client", "status", "band", "labels", "label_self_check", "error", "exit")}
-                           for r in doc["clients"]]})
+    emit_json(job.printed(doc))
     if doc["status"] == "interrupted":
         info_line("interrupted: finished clients are kept; run the same command again to resume", kw["quiet"])
         raise typer.Exit(EXIT_INTERRUPTED)

@@ -35,8 +35,7 @@ def _defend(cls, options: dict, kw: dict) -> None:
     job.write(kw["out"], result)
     rel = job.utility(result)["relative_gradient_error"]
     info_line(f"{cls.name}: relative gradient change {rel:.4g} -> {kw['out']}", session.quiet)
-    emit_json({"output": str(kw["out"]), "defense": result.records[-1], "relative_gradient_error": rel,
-               "defenses_applied": len(tm.meta.defenses) + 1})
+    emit_json(job.summary(kw["out"], result))
 
 
 def register(app) -> None:
