@@ -26,7 +26,7 @@ from benchmarks.common import RESULTS, threat_model
 from benchmarks.labels import FEDSGD_MODELS, GRADIENT_MODELS, batch_indices, data, make_model, train
 from fedaudit.client.capture import CaptureConfig
 from fedaudit.jobs import Aux, LabelJob, Session
-from fedaudit.labels.auto_routes.class_count import INVISIBLE_SHARE
+from fedaudit.labels.auto_routes.calibration import INVISIBLE_SHARE
 from fedaudit.metrics.labels import counts, label_metrics
 
 METHODS = ("bias-count", "llg", "rlu", "evidence", "auto")  # evidence: `auto --strategy evidence`, the earlier route

@@ -14,6 +14,7 @@ from fedaudit.data.offline import MNIST_MEAN, MNIST_STD, mnist_digits
 from fedaudit.io.checkpoint import Checkpoint
 from fedaudit.jobs import Aux, LabelJob, Session
 from fedaudit.labels import LABEL_METHODS
+from fedaudit.labels.auto_routes.calibration import AGREE_TV, DOUBT_MAX_CHANGE, MIXTURE_MAX_CHANGE, MIXTURE_MAX_RESIDUAL, NEAR_AUX_TV, SHOWN_MEAN_STEPS
 from fedaudit.labels.bn_count import aux_moments, batch_moments
 from fedaudit.models import ModelSpec, build_model
 from fedaudit.models.normalize import normalize
@@ -197,7 +198,6 @@ def test_bn_count_reads_the_mixture_of_a_delta_that_moved_little_and_warns_where
     lr 0.5 the model moves too far and bn-count says so. The aux images under the mixture's statistics (the cheap
     reading, which the default (by-steps) also takes at K = 2; matched batches, its choice from K = 4, are read in the other
     tests)."""
-    from fedaudit.labels.bn_count import MIXTURE_MAX_CHANGE, MIXTURE_MAX_RESIDUAL
 
     x, y, aux, model = setting
     ours, theirs, fits = [], [], []
@@ -246,7 +246,6 @@ def test_auto_doubts_a_one_class_reading_of_a_two_class_client_and_keeps_it_for_
     matched batches; the one-class call on the mixture reading), the gates' other cases the mixture reading. (On these
     deltas the shown-classes step then reads both classes present and projects the BN reading onto them: the route's
     own answer is in ``diagnostics.shown_classes.before``.)"""
-    from fedaudit.labels.auto_routes.bn_mixture import DOUBT_MAX_CHANGE
 
     x, y, aux, model = setting
 
@@ -289,7 +288,7 @@ def test_auto_averages_bn_count_with_bias_count_near_the_aux_mix(setting):
     bias-count's assumption holds: ``auto`` takes the mean of the two count vectors, which reads these four K = 4
     clients better than bn-count alone (measured 90.6 against 88.7%, the aux images under the mixture's statistics;
     in matched batches, the default, on the benchmark's held-out clients +2.7 +- 0.7 points)."""
-    from fedaudit.labels.auto_routes.bn_mixture import NEAR_AUX_TV
+
     from fedaudit.labels.auto_routes.common import ensemble_counts
 
     x, y, aux, model = setting
@@ -316,7 +315,6 @@ def test_auto_averages_two_agreeing_readings_of_a_skewed_client_and_keeps_bias_c
     the three (measured 0.84 and 0.72 against bias-count's 0.61 and 0.47); on a random client they disagree and
     bias-count stays (0.86, 0.91)."""
     from benchmarks.labels_fedavg import victims  # its "dirichlet" clients: Dirichlet(0.5) shares, random order
-    from fedaudit.labels.auto_routes.bn_mixture import AGREE_TV
     from fedaudit.labels.auto_routes.common import ensemble_counts
 
     x, y, aux, model = setting
@@ -375,7 +373,6 @@ def test_auto_splits_a_two_step_clients_shown_classes_by_the_bn_reading_and_bias
     91.7%, docs/results/labels.md, "A two-step client's shown classes")."""
     from benchmarks.labels_fedavg import victims
     from fedaudit.labels import presence
-    from fedaudit.labels.auto_routes.shown import SHOWN_MEAN_STEPS
     from fedaudit.labels.base import integer_counts
 
     x, y, aux, model = setting

@@ -8,6 +8,7 @@ import torch
 from fedaudit.client.capture import CaptureConfig
 from fedaudit.jobs import LabelJob, Session
 from fedaudit.labels import LABEL_METHODS
+from fedaudit.labels.auto_routes.calibration import INPUT_INDEPENDENT
 
 from .helpers import insacc
 from .mnist_lenet import server_view as _tm
@@ -142,7 +143,6 @@ def test_auto_reads_a_two_class_delta_of_an_input_independent_lenet_on_the_class
 
     from benchmarks.labels_fedavg import victims
     from fedaudit.data.offline import MNIST_MEAN, MNIST_STD
-    from fedaudit.labels.auto_routes.common import INPUT_INDEPENDENT
     from fedaudit.models import ModelSpec
 
     x, y, aux = digits

@@ -15,7 +15,7 @@ from fedaudit.io.truth import Truth, load_truth, save_truth
 from fedaudit.io.update import save_update
 from fedaudit.jobs import Aux, LabelJob, Session
 from fedaudit.labels import LABEL_METHODS
-from fedaudit.labels.auto_routes.rules import MARGIN
+from fedaudit.labels.auto_routes.calibration import MARGIN
 from fedaudit.labels.base import integer_counts
 from fedaudit.labels.gdbr import trace_chain
 from fedaudit.labels.hfgi import evolve, mutate, rescale

@@ -12,8 +12,7 @@ from fedaudit.client.capture import CaptureConfig
 from fedaudit.data.offline import MNIST_MEAN, MNIST_STD, mnist_digits
 from fedaudit.jobs import Aux, LabelJob, Session
 from fedaudit.labels import LABEL_METHODS
-from fedaudit.labels.auto_routes.common import INPUT_INDEPENDENT
-from fedaudit.labels.auto_routes.rules import MARGIN
+from fedaudit.labels.auto_routes.calibration import INPUT_INDEPENDENT, MARGIN
 from fedaudit.labels.base import integer_counts
 from fedaudit.labels.evidence import Evidence
 from fedaudit.metrics.label_floor import uniform_floor

@@ -25,7 +25,6 @@ def describe_threat_model_inputs(tm: ThreatModel) -> dict[str, Any]:
 
 
 # methods whose counts model (or do not depend on) K local steps; bn-count reads the K batches' BN-buffer mixture
-MULTI_STEP_AWARE = ("rlu", "fedleak", "gdbr", "client-fit", "bn-count")
 RAW_SUM_TOLERANCE = 0.25
 # counts an even guess overlaps this much show little more than a guess that reads no update (a random batch of 64
 # of 10 classes: 0.85 on average, of 320: 0.93; trained models' softmax methods regress to an even split whatever the
@@ -58,7 +57,8 @@ class LabelJob:
         out = []
         k = self.tm.meta.local_steps
         used = result.diagnostics.get("chosen", self.method) if self.method == "auto" else self.method
-        if k > 1 and used not in MULTI_STEP_AWARE and result.diagnostics.get("strategy") != "evidence" \
+        aware = used in LABEL_METHODS.names() and LABEL_METHODS.get(used).multi_step_aware  # models the K steps
+        if k > 1 and not aware and result.diagnostics.get("strategy") != "evidence" \
                 and not result.diagnostics.get("multi_step_aware"):  # a route that read every step's batch
             # auto has already chosen among the multi-step routes; elsewhere point to it, not to one method (RLU
             # trails bias-count by 15-40 points on a trained BN ConvNet's deltas: docs/results/labels.md)

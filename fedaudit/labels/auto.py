@@ -50,13 +50,16 @@ preference by the softmax *spread*, the mean total-variation distance between ea
 softmax and their mean. Spread < 0.3 (input-independent outputs, e.g. early training): bias-count, then ZLG, then
 iLRG; otherwise (trained-like): LLG, then HFGI (docs/results/labels.md).
 
-The routes live in fedaudit/labels/auto_routes/, one family per module; this module runs them in order.
+The routes live in fedaudit/labels/auto_routes/, one family per module; their order and what each applies to is one
+table, ``auto_routes/table.py`` (``ROUTES``), read on the facts computed once per update (``Features``); this module
+walks it and names the route that answered in ``diagnostics.route``.
 """
 
 from __future__ import annotations
 
-from fedaudit.labels.auto_routes import bn_mixture, class_count, delta, evidence, rules, shown, split
-from fedaudit.labels.auto_routes.common import SPREAD_THRESHOLD, batch_statistics, candidates, input_independent, probe_head
+from fedaudit.labels.auto_routes import shown
+from fedaudit.labels.auto_routes.common import candidates
+from fedaudit.labels.auto_routes.table import STRATEGIES, Features, State, choose
 from fedaudit.labels.base import LabelMethod, LabelResult
 from fedaudit.labels.registry import LABEL_METHODS
 from fedaudit.methods import MethodOption
@@ -81,7 +84,7 @@ class Auto(LabelMethod):
                      "client-fit (models without batch-statistics BatchNorm) or the "
                      "ensemble on other FedAvg deltas (bn-count first on BN buffers' mixtures it explains), "
                      "evidence elsewhere",
-                     ("hybrid", "evidence", "rules", "ensemble")),
+                     STRATEGIES),
         MethodOption("bn-aux-batches", str, "by-steps", "hybrid, FedAvg deltas with BN buffers: how bn-count's route "
                      "normalises the aux images (bn-count's --aux-batches; by-steps: matched from 4 local steps, "
                      "mixture below; mixture: the earlier, cheaper reading)",
@@ -103,63 +106,16 @@ class Auto(LabelMethod):
         return ["no label method applies (" + " | ".join(reasons) + ")"]
 
     def run(self, tm: ThreatModel, session: Session) -> LabelResult:
-        notes: dict = {}  # what a route tried and left, reported beside the chosen one
+        state = State()  # what a route tried and left, reported beside the chosen one
         with shared_head_passes():  # the methods it runs probe the head with the same images: one pass each
-            result = self._choose(tm, session, notes)
-            if self.opt("strategy") == "hybrid" and tm.meta.local_steps > 1 and tm.final_layer is not None:
-                result = shown.by_shown_on_delta(tm, session, result, notes, self.opt("shown-mean-steps"))
-        result.diagnostics.update(notes)
+            features = Features.of(tm, session, self.opt("strategy"))
+            chosen = choose(tm, session, features, state, self.opts)
+            if chosen is None:  # no candidate applies: the reasons, as the CLI reports them
+                self.check_applicable(tm, session)
+                raise AssertionError("unreachable")
+            result, route = chosen
+            if features.hybrid and features.multi_step and tm.final_layer is not None:
+                result = shown.by_shown_on_delta(tm, session, result, state.notes, self.opt("shown-mean-steps"))
+        result.diagnostics.update(state.notes)
+        result.diagnostics["route"] = route
         return result
-
-    def _choose(self, tm: ThreatModel, session: Session, notes: dict) -> LabelResult:
-        spread, min_feature = probe_head(tm, session) if tm.final_layer else (None, None)
-        exact = (tm.batch_size == 1 and tm.meta.local_steps == 1) or tm.final_layer is None \
-            or tm.final_weight_grad is None and tm.final_bias_grad is None
-        rules_exact = tm.meta.local_steps == 1 and spread is not None and spread < SPREAD_THRESHOLD
-        strategy = self.opt("strategy")
-        if strategy == "hybrid":
-            if rules_exact and (tm.batch_size or 0) > 1:
-                result = rules.by_integrality(tm, session, spread)
-                if result is not None:
-                    return result
-            if not rules_exact and not exact:
-                result = split.by_hidden_split(tm, session, spread, notes)
-                if result is not None:
-                    return result
-                result = split.by_sample_split(tm, session, spread, notes)
-                if result is not None:
-                    return shown.by_one_shown_class(tm, session, result, min_feature)
-                rejected = None  # bn-count's reading of a BN mixture that failed its checks
-                if tm.meta.local_steps > 1 and batch_statistics(tm) and not input_independent(spread):
-                    result, rejected = bn_mixture.by_bn_mixture(tm, session, spread, notes,
-                                                                  self.opt("bn-aux-batches"))
-                    if result is not None:
-                        return result
-                result = class_count.by_class_count(tm, session, spread, rejected)
-                if result is not None:
-                    return shown.by_shown_classes(tm, session, spread, result, min_feature=min_feature)
-            if tm.meta.local_steps > 1 and not batch_statistics(tm) and not exact:
-                result = delta.by_client_fit(tm, session, spread)
-                if result is not None:
-                    return result
-            if tm.meta.local_steps > 1 and batch_statistics(tm) and input_independent(spread) and not exact:
-                result = delta.by_rlu_input_independent(tm, session, spread)
-                if result is not None:
-                    return result
-            strategy = "rules" if rules_exact else "ensemble" if tm.meta.local_steps > 1 else "evidence"
-        if strategy == "ensemble" and not exact:
-            result = delta.by_ensemble(tm, session, spread)
-            if result is not None:
-                return result
-            strategy = "evidence"  # fewer than two members apply
-        if strategy == "evidence" and not exact:
-            result = evidence.by_evidence(tm, session, spread)
-            if result is not None:
-                return shown.by_shown_classes(tm, session, spread, result, min_feature=min_feature) \
-                    if self.opt("strategy") == "hybrid" else result
-        result = rules.by_rules(tm, session, spread)
-        if result is None:  # no candidate applies: the reasons, as the CLI reports them
-            self.check_applicable(tm, session)
-            raise AssertionError("unreachable")
-        return result
-

@@ -40,6 +40,13 @@ class LabelMethod(Method):
 
     counts_capable: ClassVar[bool] = True
     aux: ClassVar[str] = "none"  # "none" | "optional" (aux or --dummy) | "required" | "labelled" (labelled aux or --dummy)
+    # facts ``auto`` and the label job read about a method (fedaudit/labels/auto_routes/):
+    # it models K > 1 local steps (else a K-step reading is flagged approximate)
+    multi_step_aware: ClassVar[bool] = False
+    # its place in the rules' preference (auto_routes/rules.py): (at random init, on a trained-like model); None: not a rule
+    rules_rank: ClassVar[tuple[int | None, int | None]] = (None, None)
+    # its place among the members of the ensemble of count vectors on FedAvg deltas (auto_routes/delta.py); None: not one
+    ensemble_rank: ClassVar[int | None] = None
 
     def __init__(self, options: Mapping[str, Any] | None = None):
         self.opts = self.parse_options(options)

@@ -18,6 +18,8 @@ from fedaudit.threat_model import ThreatModel
 @LABEL_METHODS.register
 class BiasCount(LabelMethod):
     name = "bias-count"
+    rules_rank = (0, 3)
+    ensemble_rank = 0
     summary = "B * (mean aux softmax - output bias gradient)"
     paper = "derived (see docs/methods/labels.md)"
     requires = (FINAL_BIAS_GRAD, BATCH_SIZE)

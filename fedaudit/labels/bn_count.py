@@ -55,6 +55,7 @@ from torch.nn import functional as F
 from fedaudit.channels import bn_statistics
 from fedaudit.conversion import optimizer_terms, path_fractions
 from fedaudit.errors import NotApplicable
+from fedaudit.labels.auto_routes.calibration import MIN_AUX_PER_CLASS, MIXTURE_MAX_CHANGE, MIXTURE_MAX_RESIDUAL
 from fedaudit.labels.base import LabelMethod, LabelResult, integer_counts, samples_in_update
 from fedaudit.labels.registry import LABEL_METHODS
 from fedaudit.methods import MethodOption
@@ -261,17 +262,6 @@ class MomentSystem:
         return float((shares @ self.x - self.m).norm() / self.m.norm())
 
 
-# bn-count's class moments are means over the labelled aux images of each class; with fewer than this many in some
-# class they are noisy enough that the gradient methods do better on trained models: bn-count warns and `auto` keeps
-# the gradient route (docs/results/labels.md, "Smaller aux sets and another dataset")
-MIN_AUX_PER_CLASS = 20
-# K > 1: below this relative residual (and MIXTURE_MAX_CHANGE) the mixture's counts led the gradient methods on
-# held-out BN ConvNet clients (docs/results/labels.md, "bn-count on FedAvg deltas"); above it bn-count warns
-MIXTURE_MAX_RESIDUAL = 0.05
-# ... and only where the model moved less than this share of its norm over the update (|delta| / |theta|): with
-# momentum 0.9, or at random init, the residual stayed small on clients the counts got badly wrong
-# (docs/results/labels.md, "bn-count on FedAvg deltas")
-MIXTURE_MAX_CHANGE = 0.01
 
 
 def mixture_doubts(residual: float, change: float | None) -> list[str]:
@@ -303,6 +293,7 @@ def fewest_per_class(labels: torch.Tensor) -> int:
 @LABEL_METHODS.register
 class BNCount(LabelMethod):
     name = "bn-count"
+    multi_step_aware = True
     summary = "counts from the BatchNorm batch statistics an upload with BN buffers carries (labelled aux)"
     paper = "fedaudit (docs/methods/labels.md)"
     requires = (BATCH_SIZE, BN_BUFFERS)

@@ -68,6 +68,7 @@ def aux_subset(labels: torch.Tensor, classes: int, per_class: int, gen: torch.Ge
 @LABEL_METHODS.register
 class ClientFit(LabelMethod):
     name = "client-fit"
+    multi_step_aware = True
     summary = "fits each local step's class mix so that a client simulated on labelled aux data reproduces the update"
     paper = "fedaudit's own (docs/methods/labels.md)"
     requires = (BATCH_SIZE,)  # a several-step update always records its lr (fedaudit/io/update.py)

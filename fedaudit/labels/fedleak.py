@@ -28,6 +28,8 @@ from fedaudit.threat_model import ThreatModel
 @LABEL_METHODS.register
 class FedLeakLabels(LabelMethod):
     name = "fedleak"
+    rules_rank = (5, 5)
+    multi_step_aware = True
     summary = "Yin's lowest row sums for B <= C; FedLeak's share-of-gradient count rule for B > C"
     paper = "FedLeak (Section 5, Appendix F)"
     requires = (FINAL_WEIGHT_GRAD, BATCH_SIZE)

@@ -109,6 +109,8 @@ SHARED_LAYER_GRAD = Requirement("gdbr_layer_grad", "a ReLU(Linear) chain to the 
 @LABEL_METHODS.register
 class GDBR(LabelMethod):
     name = "gdbr"
+    rules_rank = (6, 6)
+    multi_step_aware = True
     summary = "bridges from an earlier layer's gradient to the logits' gradient when the output layer is withheld"
     paper = "Zhang, Chow, Li: Building Gradient Bridges (GDBR)"
     requires = (SHARED_LAYER_GRAD, BATCH_SIZE)

@@ -77,6 +77,7 @@ def evolve(nc: int, total: int, hbar_t, s_t, rng, population=20, generations=200
 @LABEL_METHODS.register
 class HFGI(LabelMethod):
     name = "hfgi"
+    rules_rank = (4, 1)
     summary = "negative row means give the classes; a CV-guided evolutionary search gives their counts"
     paper = "Ye et al. 2024, HFGI (AAAI), Stage I"
     requires = (FINAL_WEIGHT_GRAD, BATCH_SIZE)

@@ -24,6 +24,8 @@ TINY = 1e-30
 @LABEL_METHODS.register
 class ILRG(LabelMethod):
     name = "ilrg"
+    rules_rank = (2, 4)
+    ensemble_rank = 2
     summary = "solve a linear system on class-mean embeddings G/gb and their softmax (needs the output bias gradient)"
     paper = "Ma et al. 2023, iLRG"
     requires = (FINAL_WEIGHT_GRAD, FINAL_BIAS_GRAD, BATCH_SIZE)

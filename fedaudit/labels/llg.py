@@ -39,6 +39,8 @@ def greedy_counts(g: torch.Tensor, h1: torch.Tensor, impact: torch.Tensor | floa
 @LABEL_METHODS.register
 class LLG(LabelMethod):
     name = "llg"
+    rules_rank = (3, 0)
+    ensemble_rank = 3
     summary = "row-sum signs plus an impact estimated from the gradient itself; handles duplicates"
     paper = "Wainakh et al. 2022, LLG"
     requires = (FINAL_WEIGHT_GRAD, BATCH_SIZE)

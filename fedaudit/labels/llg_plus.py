@@ -35,6 +35,7 @@ def class_rowsums(tm: ThreatModel, images: torch.Tensor, cls: int, normalized: b
 @LABEL_METHODS.register
 class LLGPlus(LabelMethod):
     name = "llg-plus"
+    ensemble_rank = 4
     summary = "LLG with impact and offsets measured on labelled aux images (LLG* with --dummy)"
     paper = "Wainakh et al. 2022, LLG+/LLG*"
     requires = (FINAL_WEIGHT_GRAD, BATCH_SIZE)

@@ -105,6 +105,8 @@ def solve_counts(s: torch.Tensor, observed: torch.Tensor, total: int) -> tuple[t
 @LABEL_METHODS.register
 class RLU(LabelMethod):
     name = "rlu"
+    ensemble_rank = 5
+    multi_step_aware = True
     summary = "least squares on the output bias update against the erroneous confidence measured on labelled aux data"
     paper = "Chen and Vikalo 2024, RLU (ICML)"
     requires = (FINAL_BIAS_GRAD, BATCH_SIZE)

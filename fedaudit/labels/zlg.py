@@ -18,6 +18,8 @@ from fedaudit.threat_model import ThreatModel
 @LABEL_METHODS.register
 class ZLG(LabelMethod):
     name = "zlg"
+    rules_rank = (1, 2)
+    ensemble_rank = 1
     summary = "counts from row sums, the aux mean softmax and the aux mean feature sum"
     paper = "Geng et al. 2021, ZLG"
     requires = (FINAL_WEIGHT_GRAD, BATCH_SIZE)

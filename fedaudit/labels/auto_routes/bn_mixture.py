@@ -5,32 +5,11 @@ from __future__ import annotations
 
 import torch
 
-from fedaudit.labels.auto_routes.common import ONE_CLASS_SHARE, Run, all_in_class, distance, ensemble_of, negative_entries, routed, run_each
+from fedaudit.labels.auto_routes.calibration import AGREE_TV, DOUBT_MAX_CHANGE, DOUBT_SHARE, NEAR_AUX_TV, ONE_CLASS_SHARE
+from fedaudit.labels.auto_routes.common import Run, all_in_class, distance, ensemble_of, negative_entries, routed, run_each
 from fedaudit.labels.base import LabelResult
 from fedaudit.session import Session
 from fedaudit.threat_model import ThreatModel
-
-# hybrid, a FedAvg delta of a BN model read as one class by the class-count route: bn-count's rejected reading of the
-# BN mixture replaces it where it puts less than DOUBT_SHARE of the batch on that class and the model moved less than
-# DOUBT_MAX_CHANGE of its norm. Chosen on labels_fedavg's trained-ConvNet clients, trials 0-2: on two-class clients
-# (every method but bn-count there reads the last local steps' class alone) bn-count put 0.19-0.53 on the claimed
-# class and led wherever the change was below 0.043, and fell far behind from 0.082 on (momentum-0.9 clients of 8
-# steps); on one-class clients it put 0.64-1.0 there. Judged on trials 3-5 (docs/results/labels.md, "Two-class
-# FedAvg clients")
-DOUBT_SHARE = 0.6
-DOUBT_MAX_CHANGE = 0.05
-# hybrid, bn-count's accepted reading of a FedAvg client's BN mixture within this total-variation distance of the aux
-# set's class mix: the mean of its counts and bias-count's (bias-count assumes that mix; there it led bn-count on random
-# batches of 8 steps by 2-8 points). Chosen on labels_fedavg's trained-ConvNet random and Dirichlet clients, trials
-# 0-2 (0.25 and 0.3 alike; Dirichlet readings lay at 0.29-0.55); the scan showed trials 3-5 beside them, so the
-# unseen checks are the held-out client set 4 and the K = 2 grid (docs/results/labels.md, "Near the aux mix")
-NEAR_AUX_TV = 0.25
-# hybrid, a FedAvg delta of a BN model sent to the many-classes route (bias-count) with bn-count's reading of the BN
-# mixture rejected: where that reading and LLG's lie within this total-variation distance of each other, the mean of
-# the three count vectors. Two channels with independent errors (the BN statistics of every step; the output layer's
-# impact of each label) agree on a skewed (non-IID) client and disagree on a client spread like the aux set, where
-# bias-count's assumption holds (docs/results/labels.md, "Two readings agree")
-AGREE_TV = 0.5
 
 
 def bn_one_class(tm: ThreatModel, run: Run) -> Run | None:

@@ -7,30 +7,12 @@ from __future__ import annotations
 import torch
 
 from fedaudit.labels.auto_routes.bn_mixture import bn_one_class, by_agreement, doubts_one_class
-from fedaudit.labels.auto_routes.common import ONE_CLASS_SHARE, SPREAD_THRESHOLD, Run, all_in_class, routed, run_each
+from fedaudit.labels.auto_routes.calibration import FEW_CLASSES, INVISIBLE_SHARE, MANY_CLASSES, ONE_CLASS_SHARE, SPREAD_THRESHOLD
+from fedaudit.labels.auto_routes.common import Run, all_in_class, routed, run_each
 from fedaudit.labels.base import LabelResult
 from fedaudit.labels.registry import LABEL_METHODS
 from fedaudit.session import Session
 from fedaudit.threat_model import ThreatModel
-
-# hybrid, elsewhere: at most this many negative output-bias-gradient entries (the classes whose share of the batch
-# exceeds their mean predicted probability: iDLG's set) reads as a non-IID batch of few classes, where LLG is the
-# most accurate method (docs/results/labels.md); more goes to the evidence score
-FEW_CLASSES = 2
-# hybrid, trained-like outputs: at least this many negative entries reads as a batch spread over many classes. There
-# the update carries little count information beyond which classes are present, and bias-count (the batch's softmax
-# sum taken as B times the aux mean: a composition like the aux set's) leads RLU, which the evidence and the
-# ensemble follow, by 12 points on the trained DLG LeNet's FedSGD batches and 19-42 on trained ConvNet deltas
-# (docs/results/labels.md, "Many classes")
-MANY_CLASSES = 4
-# hybrid, trained-like outputs, one local step, exactly FEW_CLASSES + 1 negative entries (between the routes above):
-# where bias-count puts more than this share of the batch on the classes whose entry is positive, little of the
-# batch's error mass shows on the negative classes (sure samples of other present classes hide it): a batch spread
-# over many classes, which goes to bias-count; otherwise a batch of about three classes, which goes to LLG. Chosen on
-# the main table's trained batches with three negative entries (trials 0-3, 42 batches: 0.6-0.625 best) and checked
-# on 78 more (trials 4-11): 74.3% InsAcc against the evidence's 69.3 (random batches 78.5 against 55.8, three-class
-# ones 72.1 against 76.3; benchmarks/labels_three_negative.py, docs/results/labels.md, "Three negative entries")
-INVISIBLE_SHARE = 0.6
 
 
 def by_class_count(tm: ThreatModel, session: Session, spread: float | None,

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import torch
 
 from fedaudit.errors import NotApplicable
 from fedaudit.labels import presence
+from fedaudit.labels.auto_routes.calibration import INPUT_INDEPENDENT, SPREAD_THRESHOLD
 from fedaudit.labels.base import LabelMethod, LabelResult, integer_counts
 from fedaudit.labels.features import head_stats
 from fedaudit.labels.registry import LABEL_METHODS
@@ -15,26 +17,20 @@ from fedaudit.session import Aux, Session
 from fedaudit.threat_model import ThreatModel
 
 DUMMIES = 500
-# the softmax spread (mean total-variation distance of each probe image's softmax from their mean) below which the
-# outputs count as input-independent (random init: the rules' regime), at or above which as trained-like
-SPREAD_THRESHOLD = 0.3
-# hybrid, a FedAvg delta: below this softmax spread every sample gets (nearly) the same softmax at the global model,
-# RLU's model of the output layer is then nearly exact, and it leads client-fit, whose simulated batches add the draw
-# of the aux images (docs/results/labels.md, "client-fit"), and on a model with batch-statistics BatchNorm every
-# BN-statistics reading and the ensemble ("ResNet-10 and ResNet-18 FedAvg deltas"). Measured spreads: the PyTorch-init
-# LeNet 0.0004; CIFAR ResNet-10/18 at random init 0.039-0.055 (twelve inits: ResNet-10 at widths 16 and 64, ResNet-18 at 16); ConvNets at random
-# init 0.114-0.131; the DLG LeNet 0.15 at random init. 0.05 (chosen on the LeNets) split the ResNet-18's inits, where
-# RLU led the ensemble by 3.0 +- 1.2 points per client: 0.08 lies in the gap between the ResNets and the ConvNets
-INPUT_INDEPENDENT = 0.08
-# hybrid, trained-like outputs: one negative output-bias entry and at least this share of the batch on that class by
-# bn-count (or LLG, with HFGI agreeing) reads as a single-class batch: all of it goes to that class
-# (docs/results/labels.md, "BN statistics", "One class without BN buffers")
-ONE_CLASS_SHARE = 0.8
-# the rules' order of preference by regime
-UNTRAINED = ("bias-count", "zlg", "ilrg", "llg", "hfgi", "fedleak", "gdbr")
-TRAINED = ("llg", "hfgi", "zlg", "bias-count", "ilrg", "fedleak", "gdbr")
 
 Run = tuple  # (name, LabelResult, the session it ran with, seconds), as run_each gives it
+
+
+def ranked(rank: Callable[[type[LabelMethod]], int | None]) -> tuple[str, ...]:
+    """The registered methods that ``rank`` places (not None), in its order: the rules' preferences and the ensemble's
+    members are attributes of the methods (``rules_rank``, ``ensemble_rank``), read here when a route runs."""
+    placed = [(r, name) for name, method in LABEL_METHODS if (r := rank(method)) is not None]
+    return tuple(name for _, name in sorted(placed))
+
+
+def rules_order(trained: bool) -> tuple[str, ...]:
+    """The rules' order of preference at random init (``trained`` False) or on a trained-like model."""
+    return ranked(lambda m: m.rules_rank[1 if trained else 0])
 
 
 def probe_aux(tm: ThreatModel, session: Session) -> Aux:
@@ -63,7 +59,7 @@ def read_shown(tm: ThreatModel, session: Session, min_feature: float | None
 
 
 def parameters(tm: ThreatModel) -> int:
-    """The model's parameter count (client-fit runs only up to delta.CLIENT_FIT_MAX_PARAMETERS)."""
+    """The model's parameter count (client-fit runs only up to CLIENT_FIT_MAX_PARAMETERS, calibration.py)."""
     return sum(p.numel() for p in tm.model.parameters())
 
 
@@ -144,7 +140,7 @@ def candidates(tm: ThreatModel, session: Session, spread: float | None):
     """(name, method class, session) in the rules' order of preference."""
     single = tm.batch_size == 1 and tm.meta.local_steps == 1
     order: tuple[str, ...] = ("idlg",) if single else ()
-    order += UNTRAINED if spread is None or spread < SPREAD_THRESHOLD else TRAINED
+    order += rules_order(trained=not (spread is None or spread < SPREAD_THRESHOLD))
     for name in order:
         method = LABEL_METHODS.get(name)
         yield name, method, with_aux(tm, session, method)

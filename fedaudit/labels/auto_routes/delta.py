@@ -3,20 +3,16 @@ depend on the input, else the mean of the count methods (the ensemble, also ``--
 
 from __future__ import annotations
 
-from fedaudit.labels.auto_routes.common import INPUT_INDEPENDENT, batch_statistics, ensemble_of, negative_entries, parameters, routed, run_each
+from fedaudit.labels.auto_routes.calibration import CLIENT_FIT_MAX_PARAMETERS, INPUT_INDEPENDENT, RLU_MAX_RESIDUAL
+from fedaudit.labels.auto_routes.common import batch_statistics, ensemble_of, negative_entries, parameters, ranked, routed, run_each
 from fedaudit.labels.base import LabelResult
 from fedaudit.session import Session
 from fedaudit.threat_model import ThreatModel
 
-# hybrid, several local steps (a FedAvg delta) of a batch of more than class_count.FEW_CLASSES classes: the mean of
-# these methods' count vectors (docs/results/labels.md)
-ENSEMBLE = ("bias-count", "zlg", "ilrg", "llg", "llg-plus", "rlu")
-# hybrid, a FedAvg delta: client-fit unrolls K steps of the whole model on 16 aux images per class with second
-# derivatives; above this many parameters (not measured: the LeNets have 6-62 thousand) its time and memory are not
-# known, so the earlier route runs: RLU where its least-squares residual stays below RLU_MAX_RESIDUAL of the update's
-# norm, else the ensemble (docs/results/labels.md, "FedAvg deltas of shuffled and Dirichlet clients")
-CLIENT_FIT_MAX_PARAMETERS = 1_000_000
-RLU_MAX_RESIDUAL = 0.1
+
+def ensemble_members() -> tuple[str, ...]:
+    """The methods whose count vectors the ensemble averages (each method's ``ensemble_rank``)."""
+    return ranked(lambda m: m.ensemble_rank)
 
 
 def by_client_fit(tm: ThreatModel, session: Session, spread: float | None) -> LabelResult | None:
@@ -28,7 +24,7 @@ def by_client_fit(tm: ThreatModel, session: Session, spread: float | None) -> La
     the ensemble where neither can run.
     The ensemble's members run too: their counts, and RLU's least-squares residual, are reported. None where
     neither applies."""
-    runs, skipped = run_each(tm, session, ENSEMBLE)
+    runs, skipped = run_each(tm, session, ensemble_members())
     ensemble = ensemble_of(runs, skipped, spread)
     rlu = next((run for run in runs if run[0] == "rlu"), None)
     negative = negative_entries(tm)
@@ -75,7 +71,7 @@ def by_rlu_input_independent(tm: ThreatModel, session: Session, spread: float | 
 
 
 def by_ensemble(tm: ThreatModel, session: Session, spread: float | None) -> LabelResult | None:
-    """The mean of the applicable ENSEMBLE methods' integer count vectors, projected to integers summing to their
+    """The mean of the applicable ensemble members'' integer count vectors, projected to integers summing to their
     total (common.ensemble_counts). Their errors differ in kind (bias-count, ZLG and LLG+ assume one softmax for the
     batch, iLRG one embedding per class, LLG the impact of each label, RLU a simulation of the local steps), so the
     mean trims each one's failures; bias-count, ZLG and LLG+ err alike and so weigh about three votes. Measured on
@@ -84,7 +80,7 @@ def by_ensemble(tm: ThreatModel, session: Session, spread: float | None) -> Labe
     batch statistics RLU runs with ``--trajectory interpolate``: its simulated progress gains nothing there and
     costs several times as much (docs/results/labels.md, "RLU's path: simulated progress")."""
     options = {"rlu": {"trajectory": "interpolate"}} if tm.meta.local_steps > 1 and batch_statistics(tm) else {}
-    runs, skipped = run_each(tm, session, ENSEMBLE, options)
+    runs, skipped = run_each(tm, session, ensemble_members(), options)
     result = ensemble_of(runs, skipped, spread)
     if result is not None and options:
         result.diagnostics["member_options"] = options

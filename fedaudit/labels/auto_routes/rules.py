@@ -4,14 +4,11 @@ lie to integers."""
 
 from __future__ import annotations
 
-from fedaudit.labels.auto_routes.common import UNTRAINED, candidates, regime, run_each
+from fedaudit.labels.auto_routes.calibration import MARGIN
+from fedaudit.labels.auto_routes.common import candidates, regime, rules_order, run_each
 from fedaudit.labels.base import LabelResult
 from fedaudit.session import Session
 from fedaudit.threat_model import ThreatModel
-
-# hybrid, one step at random init: leave the rules' choice only for a candidate whose raw counts are at most this
-# fraction of its distance from their integers (a close call went wrong on a 4-digit weights upload)
-MARGIN = 0.5
 
 
 def by_rules(tm: ThreatModel, session: Session, spread: float | None) -> LabelResult | None:
@@ -36,7 +33,7 @@ def by_integrality(tm: ThreatModel, session: Session, spread: float | None) -> L
     On 96 seeded B = 4 batches of a DLG-init LeNet with 500 aux digits the rules missed a sample in 4 batches
     and this rule in none (tests/test_rlu.py holds one seed of it); without the margin a close call (0.78 against
     0.85) chose a wrong iLRG on a 4-digit weights upload."""
-    runs, _ = run_each(tm, session, UNTRAINED[:3])  # bias-count, zlg, ilrg
+    runs, _ = run_each(tm, session, rules_order(trained=False)[:3])  # bias-count, zlg, ilrg
     if len(runs) < 2:
         return None
     scores = [float((r.counts - r.counts_int).abs().sum()) for _, r, _, _ in runs]

@@ -10,8 +10,8 @@ import torch
 
 from fedaudit.labels import presence
 from fedaudit.labels.auto_routes import delta
+from fedaudit.labels.auto_routes.calibration import FEW_SHOWN, INPUT_INDEPENDENT, SHOWN_MEAN_STEPS
 from fedaudit.labels.auto_routes.common import (
-    INPUT_INDEPENDENT,
     batch_statistics,
     candidate_counts,
     ensemble_counts,
@@ -26,18 +26,6 @@ from fedaudit.labels.base import LabelResult
 from fedaudit.session import Session
 from fedaudit.threat_model import ThreatModel
 
-# hybrid, trained-like outputs, one step, after the count routes: at most this many classes shown present for certain
-# (a negative entry in their output-weight-gradient row; fedaudit/labels/presence.py) reads as a batch of those
-# classes only, counted by the mean of SHOWN_MEMBERS' counts projected onto them. On the label benchmark's trained
-# models no absent class was ever shown and the batches of three classes showed 2-3 (docs/results/labels.md, "Shown
-# classes"); 4 and 5 gave the same and worse results there
-FEW_SHOWN = 3
-# hybrid, a FedAvg delta of a model with batch-statistics BatchNorm showing at most FEW_SHOWN classes: up to this many
-# local steps the shown classes are split by the mean of bn-count's and bias-count's readings projected onto them
-# (option shown-mean-steps). At K = 2 the two readings err apart (the trained ResNet-10's two-class clients: BN
-# reading 81.5, the mean 91.7 on 16 held-out clients); at K >= 4 the ConvNet's bias update follows its last steps and
-# the mean lost 1-5 points there (docs/results/labels.md, "A two-step client's shown classes")
-SHOWN_MEAN_STEPS = 2
 SHOWN_MEMBERS = ("bias-count", "zlg", "llg", "llg-plus", "rlu", "hfgi")
 
 Few = Callable[[torch.Tensor, dict], "LabelResult | None"]

@@ -5,25 +5,11 @@ from __future__ import annotations
 
 from typing import Callable
 
+from fedaudit.labels.auto_routes.calibration import HIDDEN_MAX_BATCH, HIDDEN_MIN_RESOLVED, SPLIT_MAX_FIT
 from fedaudit.labels.auto_routes.common import negative_entries, routed, run_each
 from fedaudit.labels.base import LabelResult
 from fedaudit.session import Session
 from fedaudit.threat_model import ThreatModel
-
-# hybrid, trained-like outputs, one step, B < C, aux images: sample-split is kept where its fit (sum over samples of
-# |q_n - y_n|^2, equation (2) of fedaudit/labels/sample_split.py) is at most this. Its final fits on the main table's
-# trained batches of 8 were 1e-9 to 1e-4 (right or one sample off); a search that found no labelling stays at the
-# first fit's 1e-2 to 1e-1
-SPLIT_MAX_FIT = 1e-2
-# hybrid, trained-like outputs, one step: hidden-split is kept where it verified at least this share of the batch (the
-# others take the verified samples' class mix). On a trained MLP's batches of 16-32 it verified 34-100% (all
-# verified labels right but one); at B = 64 23-50%, where the leftover guess loses to bias-count on random batches
-# (docs/results/labels.md, "hidden-split")
-HIDDEN_MIN_RESOLVED = 0.5
-# ... and only for batches of at most this many samples: at B = 64 it was never kept on that MLP, and on Flower's CNN
-# (a probe) it verified 32 of a single-class batch of 64, 23 of them with a wrong label: with that many samples the
-# peeled update's rounding grows until wrong candidates pass the rank test
-HIDDEN_MAX_BATCH = 32
 
 
 def by_sample_split(tm: ThreatModel, session: Session, spread: float | None, notes: dict) -> LabelResult | None:

@@ -1,0 +1,157 @@
+"""Every threshold ``auto``'s routes decide by, in one place, with where it was chosen and what it measured on data it
+was not chosen on. A route imports its numbers from here; docs/results/labels.md has the sections named.
+
+``held_out`` says "not measured" where no out-of-sample figure exists: those are the first candidates to re-check
+(issue 66's pruning asks every route to beat the plain ensemble out of sample by more than its standard error).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Calibrated:
+    name: str
+    value: float
+    decides: str  # what the route does on either side of it
+    chosen_on: str  # the benchmark and the rows it was chosen on
+    held_out: str  # what it measured on rows it was not chosen on
+    source: str  # the section of docs/results/labels.md
+    date: str
+
+
+CALIBRATION: dict[str, Calibrated] = {}
+
+
+def _c(name: str, value, decides: str, chosen_on: str, held_out: str, source: str, date: str):
+    CALIBRATION[name] = Calibrated(name, value, decides, chosen_on, held_out, source, date)
+    return value
+
+
+SPREAD_THRESHOLD = _c(
+    "SPREAD_THRESHOLD", 0.3,
+    "softmax spread (mean total-variation distance of each probe image's softmax from their mean) below which a "
+    "model's outputs count as input-independent (the rules' regime), at or above which as trained-like",
+    "benchmarks.labels main table: random init <= 0.21, trained >= 0.35 on dummies, >= 0.70 on real images",
+    "the UCI digits table (another dataset): the same split of random-init and trained models",
+    "Method notes (FedSGD table)", "2026-11-23")
+INPUT_INDEPENDENT = _c(
+    "INPUT_INDEPENDENT", 0.08,
+    "a FedAvg delta of a model below this spread goes to RLU (its output-layer model is exact there), before "
+    "client-fit and every BN-statistics reading",
+    "spreads of the PyTorch-init LeNet (0.0004), CIFAR ResNet-10/18 at random init (0.039-0.055, twelve inits), "
+    "ConvNets (0.114-0.131), the DLG LeNet (0.15); 0.05 chosen on the LeNets split the ResNet-18's inits",
+    "ResNet-18 clients: +3.4 +- 0.9 points per client on 12 held out",
+    "ResNet-10 and ResNet-18 FedAvg deltas", "2026-11-28")
+ONE_CLASS_SHARE = _c(
+    "ONE_CLASS_SHARE", 0.8,
+    "one negative output-bias entry and at least this share of the batch on that class (bn-count, or LLG with HFGI "
+    "agreeing) reads as a single-class batch",
+    "benchmarks.labels --bn-buffers, trained ConvNet and ResNet-10 (91/94 -> 93/94 with the check)",
+    "benchmarks.labels_bn_two_class: fires only on 90/10 batches (3 of 4 at B = 8), costing the minority",
+    "BN statistics; One class without BN buffers", "2026-11-24")
+FEW_CLASSES = _c(
+    "FEW_CLASSES", 2,
+    "at most this many negative output-bias entries reads as a non-IID batch of few classes: LLG",
+    "benchmarks.labels_fedavg --models lenet (16 two-class rows with K > 1: 62 -> 74%)",
+    "FedSGD table's trained rows: +3 points on every row (single-class and repeated batches); tests/test_rlu.py",
+    "Many classes", "2026-11-23")
+MANY_CLASSES = _c(
+    "MANY_CLASSES", 4,
+    "trained-like outputs and at least this many negative entries reads as a batch over many classes: bias-count",
+    "cached trained DLG LeNet FedSGD batches, trials 0-7",
+    "the other three trained rows: 81 -> 86 (PyTorch LeNet), 73 -> 79 (ConvNet), 86 -> 88 (ResNet-10)",
+    "Many classes", "2026-11-24")
+INVISIBLE_SHARE = _c(
+    "INVISIBLE_SHARE", 0.6,
+    "three negative entries: bias-count where it puts more than this share on the positive entries' classes, else LLG",
+    "main table's trained batches with three negative entries, trials 0-3 (42 batches; 0.6-0.625 best)",
+    "78 more batches (trials 4-11): 74.3% InsAcc against the evidence's 69.3",
+    "Three negative entries", "2026-11-26")
+SPLIT_MAX_FIT = _c(
+    "SPLIT_MAX_FIT", 1e-2,
+    "sample-split's answer is kept where its fit is at most this",
+    "main table's trained batches of 8: final fits 1e-9 to 1e-4, failed searches 1e-2 to 1e-1",
+    "not measured (the gap between the two is two orders of magnitude)",
+    "sample-split", "2026-11-26")
+HIDDEN_MIN_RESOLVED = _c(
+    "HIDDEN_MIN_RESOLVED", 0.5,
+    "hidden-split's answer is kept where it verified at least this share of the batch",
+    "trained MLP, batches of 16-32 (verified 34-100%) and 64 (23-50%)",
+    "not measured", "hidden-split", "2026-11-26")
+HIDDEN_MAX_BATCH = _c(
+    "HIDDEN_MAX_BATCH", 32,
+    "hidden-split is tried only on batches of at most this many samples",
+    "trained MLP at B = 64 (never kept); a probe on Flower's CNN (32 of 64 verified, 23 wrong)",
+    "not measured", "hidden-split", "2026-11-26")
+MIN_AUX_PER_CLASS = _c(
+    "MIN_AUX_PER_CLASS", 20,
+    "bn-count is routed to (and runs without a warning) only when every aux class holds this many labelled images",
+    "benchmarks.labels --bn-buffers --aux-per-class 5/10/20, trained ConvNet and ResNet-10",
+    "20 per class: 90/90 against the gradient route's 79/88",
+    "Smaller aux sets and another dataset", "2026-11-25")
+MIXTURE_MAX_RESIDUAL = _c(
+    "MIXTURE_MAX_RESIDUAL", 0.05,
+    "bn-count's reading of a FedAvg delta's BN mixture is accepted below this relative residual ...",
+    "client-fit-on-the-BN-ConvNet clients (lent GPU, 18 clients; a truth-free switch that gained 9-12 points)",
+    "36 held-out trained ConvNet clients: 87.0% against 77.7 (+11.5 +- 2.6 per client where it fires)",
+    "bn-count on FedAvg deltas", "2026-11-26")
+MIXTURE_MAX_CHANGE = _c(
+    "MIXTURE_MAX_CHANGE", 0.01,
+    "... and where the model moved less than this share of its norm",
+    "the same 18 clients", "the same 36 held-out clients", "bn-count on FedAvg deltas", "2026-11-26")
+DOUBT_SHARE = _c(
+    "DOUBT_SHARE", 0.6,
+    "a one-class reading is doubted where bn-count's rejected reading of the BN mixture puts less than this share there",
+    "labels_fedavg's trained-ConvNet clients, trials 0-2 (bn-count put 0.19-0.53 on two-class, 0.64-1.0 on one-class)",
+    "trials 3-5: two-class clients 57.0 -> 64.5 (K 4/8), one-class 95.6 -> 99.0",
+    "Two-class FedAvg clients", "2026-11-27")
+DOUBT_MAX_CHANGE = _c(
+    "DOUBT_MAX_CHANGE", 0.05,
+    "... and the model moved less than this share of its norm",
+    "the same clients (bn-count led below a change of 0.043, fell behind from 0.082)",
+    "the same held-out trials", "Two-class FedAvg clients", "2026-11-27")
+NEAR_AUX_TV = _c(
+    "NEAR_AUX_TV", 0.25,
+    "bn-count's accepted reading within this total-variation distance of the aux mix is averaged with bias-count",
+    "labels_fedavg's trained-ConvNet random and Dirichlet clients, trials 0-2 (0.25 and 0.3 alike)",
+    "held-out client set 4: 87.0 -> 87.8; K = 2 within the noise",
+    "Near the aux mix", "2026-11-27")
+AGREE_TV = _c(
+    "AGREE_TV", 0.5,
+    "a rejected BN reading and LLG's within this total-variation distance: the mean of bias-count, the reading and LLG",
+    "trained BN ConvNet clients, K 4/8, momentum 0.9, trials 0-5",
+    "trials 6-11: Dirichlet clients +6.9 +- 2.5 points per client, random -1.3 +- 1.0",
+    "Two readings agree", "2026-11-27")
+FEW_SHOWN = _c(
+    "FEW_SHOWN", 3,
+    "at most this many classes shown present for certain reads as a batch of those classes only",
+    "benchmarks.labels trained rows (4 and 5 gave the same or worse)",
+    "held-out batches (--batch-seed 1): within one standard error of the table; deltas: ConvNet two-class "
+    "67.9 -> 88.4, LeNets 83.7 -> 93.2 / 65.0 -> 87.4 held out",
+    "Shown classes", "2026-11-26")
+SHOWN_MEAN_STEPS = _c(
+    "SHOWN_MEAN_STEPS", 2,
+    "up to this many local steps a BN model's shown classes are split by the mean of bn-count's and bias-count's "
+    "readings (option shown-mean-steps)",
+    "trials 0-3 of the ResNet-10 and ConvNet clients (at K >= 4 the mean lost 1-5 points on the ConvNet)",
+    "56 held-out clients (trials 4-5): +5.3 +- 2.2 points per client",
+    "A two-step client's shown classes", "2026-11-28")
+CLIENT_FIT_MAX_PARAMETERS = _c(
+    "CLIENT_FIT_MAX_PARAMETERS", 1_000_000,
+    "client-fit (K unrolled steps of the whole model) runs only on models of at most this many parameters",
+    "not measured: the LeNets it was measured on have 6-62 thousand",
+    "not measured", "FedAvg deltas of shuffled and Dirichlet clients", "2026-11-25")
+RLU_MAX_RESIDUAL = _c(
+    "RLU_MAX_RESIDUAL", 0.1,
+    "above client-fit's size, RLU is kept where its least squares leaves less than this share of the update's norm",
+    "the LeNets' Dirichlet grid (192 rows; thresholds 0.02-0.2 give 84.4-84.6)",
+    "32 held-out rows (K 6/16, lr 0.02/0.1): 80.6-80.7 across the same thresholds",
+    "FedAvg deltas of shuffled and Dirichlet clients", "2026-11-25")
+MARGIN = _c(
+    "MARGIN", 0.5,
+    "at random init ZLG or iLRG replace bias-count only where their raw counts lie within this fraction of "
+    "bias-count's distance from their integers",
+    "a 4-digit weights upload where a close call went wrong",
+    "not measured", "Method notes (FedSGD table)", "2026-11-23")
