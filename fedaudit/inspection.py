@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from fedaudit.attacks import ATTACKS
+from fedaudit.attacks import ATTACKS, april
 from fedaudit.channels import bn_statistics
 from fedaudit.defenses import DEFENSES
 from fedaudit.labels import LABEL_METHODS
@@ -74,7 +74,7 @@ def inspect_threat_model(tm: ThreatModel) -> dict[str, Any]:
         "parameters_absent": tm.absent,
         "restricted": bool(tm.absent),
         "client_buffers": buffers,
-        "channels": {"bn_statistics": bn_statistics.availability(tm)},
+        "channels": {"bn_statistics": bn_statistics.availability(tm), "position_embedding": april.channel(tm)},
         "finite": not tm.nonfinite,
         "nonfinite_tensors": tm.nonfinite,
         "layers": layers,

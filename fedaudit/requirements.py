@@ -43,7 +43,7 @@ def _final_any(tm: ThreatModel) -> str | None:
 FINAL_LAYER_GRAD = Requirement("final_layer_grad", "the output layer's weight or bias gradient", _final_any)
 BATCH_SIZE = Requirement(
     "batch_size", "the batch size (fedaudit.batch_size)",
-    lambda tm: None if tm.batch_size else "needs the batch size, which the update's metadata does not record",
+    lambda tm: None if tm.batch_size else "needs the batch size: the update does not record fedaudit.batch_size; pass --batch-size",
 )
 SINGLE_STEP = Requirement(
     "single_step", "a one-step update (FedSGD)",

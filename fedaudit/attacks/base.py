@@ -75,6 +75,9 @@ class OptimizationAttack(Method):
 
     defaults: ClassVar[dict[str, Any]] = {"iterations": 1000, "lr": 0.1, "schedule": "step", "restarts": 1}
     optimizer_name: ClassVar[str] = "adam"
+    # a closed form (APRIL): its images do not start anywhere, so there is no initialisation to have moved from (no
+    # "barely moved" warning) and no initialisation null for the identification metric
+    closed_form: ClassVar[bool] = False
     default_labels: ClassVar[str] = "auto"  # the label method used when --labels is not given
 
     def __init__(self, tm: ThreatModel, engine: GradientEngine, labels: torch.Tensor, options: dict[str, Any] | None,

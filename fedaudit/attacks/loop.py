@@ -113,7 +113,8 @@ def optimize(attack: OptimizationAttack, cfg: LoopConfig) -> LoopResult:
         progress.advance(task, start_it)
         for restart in range(start_restart, cfg.restarts):
             state = attack.init_state(restart_generator(cfg.seed, restart))
-            start_images = images_or_none(attack, state)  # before a resume overwrites the state: the true start
+            # before a resume overwrites the state: the true start (a closed form has none)
+            start_images = None if attack.closed_form else images_or_none(attack, state)
             state, opt = steps.begin(state)  # captured runs keep the first restart's tensors (cuda_graph.py)
             first = 0
             if saved is not None and restart == start_restart:

@@ -92,7 +92,10 @@ def restart_generator(seed: int, restart: int) -> torch.Generator:
 
 
 def initial_images(attack: OptimizationAttack, seed: int, restart: int) -> torch.Tensor | None:
-    """The images restart ``restart`` started from (drawn again: the identification metric's initialisation null)."""
+    """The images restart ``restart`` started from (drawn again: the identification metric's initialisation null);
+    None for a closed form, which starts nowhere."""
+    if attack.closed_form:
+        return None
     return images_or_none(attack, attack.init_state(restart_generator(seed, restart)))
 
 

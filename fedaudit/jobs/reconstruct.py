@@ -317,6 +317,7 @@ class ReconstructJob:
         """Run the attack; the report carries metrics when ``truth`` is given (only metrics read it)."""
         tm, s = self.tm, self.settings
         mismatch = check_truth(truth, tm.update.sha256, self.truth_mismatch) if truth is not None else None
+        self.attack_cls.check_applicable(tm)  # before the labels: "not applicable: <why>" names the attack's reason
         labels, label_report = self.resolve_labels(truth)
         attack = self.build(labels)
         result = self.optimize(attack, labels)
