@@ -89,3 +89,30 @@ def test_april_says_why_it_does_not_apply(cli, tmp_path, case, fragment):
     extra = ["--batch-size", "1", "--force"] if case == "hidden-batch" else []
     res = cli("reconstruct", "april", ckpt, upd, "-o", tmp_path / "r", "--proxies", "0", "-q", *extra, expect=2)
     assert_one_error_line(res.stderr, "not applicable: april", fragment)
+
+
+def test_gradient_matching_runs_on_a_vit_with_gradvits_patch_prior(cli, tmp_path):
+    _, _, truth = sample("lenet_b4")
+    ckpt, upd = tmp_path / "ck.safetensors", tmp_path / "up.safetensors"
+    cli("init-checkpoint", "vit-tiny", "-o", ckpt, "-q")
+    cli("capture", ckpt, truth, "-b", "4", "-o", upd, "-q")
+    out = cli.json(cli("reconstruct", "ig", ckpt, upd, "-o", tmp_path / "r", "-n", "4", "--patch-prior", "0.1",
+                       "--proxies", "0", "-q"))
+    assert out["status"] == "complete" and out["iterations_run"] == 4
+    lenet, lenet_upd, _ = sample("lenet_b1")
+    res = cli("reconstruct", "ig", lenet, lenet_upd, "-o", tmp_path / "l", "-n", "4", "--patch-prior", "0.1", "-q",
+              expect=2)
+    assert_one_error_line(res.stderr, "--patch-prior needs a vision transformer")
+
+
+def test_the_patch_prior_counts_only_the_seams():
+    from fedaudit.attacks.base import patch_seams_rows
+
+    smooth_inside = torch.zeros(1, 3, 32, 32)
+    smooth_inside[..., 4:, :] = 1.0  # one jump, on the seam between the first and second patch rows
+    assert float(patch_seams_rows(smooth_inside, 4)) == pytest.approx(1 / 14)  # 7 + 7 seams, one of them jumps
+    inside = torch.zeros(1, 3, 32, 32)
+    inside[..., 2:, :] = 1.0  # a jump inside a patch: no seam crosses it
+    assert float(patch_seams_rows(inside, 4)) == 0.0
+    rows = patch_seams_rows(torch.stack([smooth_inside, inside]), 4)
+    assert rows.shape == (2,) and float(rows[1]) == 0.0

@@ -24,6 +24,30 @@ def total_variation_rows(x: torch.Tensor) -> torch.Tensor:
     return (x[..., :, 1:] - x[..., :, :-1]).abs().flatten(1).mean(1) + (x[..., 1:, :] - x[..., :-1, :]).abs().flatten(1).mean(1)
 
 
+def patch_seams_rows(x: torch.Tensor, patch: int) -> torch.Tensor:
+    """GradViT's patch prior (Hatamizadeh et al. 2022): the mean squared jump across the seams between a vision
+    transformer's ``patch`` x ``patch`` patches, for each leading row of ``x`` [..., C, H, W] (rows: restarts, or one).
+    A ViT's patches meet only through attention and the position embedding, so matching can place each patch well
+    and still leave seams; this penalises them (the paper's exact form is not public; docs/methods/attacks.md)."""
+    h, w = x.shape[-2:]
+    across = [x[..., :, k * patch - 1, :] - x[..., :, k * patch, :] for k in range(1, h // patch)]
+    down = [x[..., :, :, k * patch - 1] - x[..., :, :, k * patch] for k in range(1, w // patch)]
+    seams = torch.stack(across + down, dim=-2)  # [..., C, seams, length]
+    return seams.pow(2).flatten(-3).mean(-1).reshape(x.shape[:-4] + (-1,)).mean(-1) if x.dim() > 4 else \
+        seams.pow(2).mean().reshape(())
+
+
+def patch_size(tm) -> int:
+    """The patch size of a vision transformer (its patch embedding's kernel), for ``--patch-prior``."""
+    from fedaudit.errors import InputError
+
+    for name in ("patch_embed", "patch_embed.proj", "conv_proj"):
+        module = dict(tm.model.named_modules()).get(name)
+        if isinstance(module, torch.nn.Conv2d):
+            return int(module.kernel_size[0])
+    raise InputError("--patch-prior needs a vision transformer (a patch_embed or conv_proj patch embedding)")
+
+
 SCHEDULES = ("step", "step-0.33", "cosine", "warmup-cosine", "none")
 WARMUP = 50  # warmup-cosine: GradInversion's 50 linear warm-up iterations (at most a tenth of the run)
 

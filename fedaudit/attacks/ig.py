@@ -21,7 +21,13 @@ from __future__ import annotations
 
 import torch
 
-from fedaudit.attacks.base import OptimizationAttack, total_variation, total_variation_rows
+from fedaudit.attacks.base import (
+    OptimizationAttack,
+    patch_seams_rows,
+    patch_size,
+    total_variation,
+    total_variation_rows,
+)
 from fedaudit.attacks.bn_prior import bn_options
 from fedaudit.attacks.init import normal_init
 from fedaudit.attacks.objectives import cosine_distance, cosine_distance_rows
@@ -39,7 +45,20 @@ class InvertingGradients(OptimizationAttack):
         MethodOption("tv", float, 0.2, "weight of total variation (mean anisotropic, on [0,1] pixels); on 64 px "
                      "images --tv 0.5 --lr 0.03 was stronger (docs/results/pretrained.md)"),
         MethodOption("signed", bool, True, "step on the sign of the image gradient (the paper's choice)"),
+        MethodOption("patch-prior", float, 0.0, "vision transformers: weight of GradViT's patch prior, the mean "
+                     "squared jump across patch seams (0: off)"),
     ) + bn_options("off", 0.01)
+
+    def __init__(self, tm, engine, labels, options, num_images, iterations=None):
+        super().__init__(tm, engine, labels, options, num_images, iterations)
+        self.patch = patch_size(tm) if self.opts["patch-prior"] > 0 else 0
+
+    def prior(self, x):
+        """The image priors beside the gradient distance: TV, and GradViT's patch prior on a ViT."""
+        out = self.opts["tv"] * (total_variation_rows(x) if x.dim() > 4 else total_variation(x))
+        if self.patch:
+            out = out + self.opts["patch-prior"] * patch_seams_rows(x, self.patch)
+        return out
 
     def init_state(self, gen):
         return {"x": normal_init(self.tm.spec, self.shape, gen).to(self.engine.device).requires_grad_(True)}
@@ -49,7 +68,7 @@ class InvertingGradients(OptimizationAttack):
         captured = self.bn_inputs()
         loss = cosine_distance(self.engine.gradient(x, self.labels, bn_inputs=captured), self.engine.target.tensors,
                                self.engine.target.norm)
-        loss = loss + self.opts["tv"] * total_variation(x) + self.bn_term(captured)
+        loss = loss + self.prior(x) + self.bn_term(captured)
         (grad,) = torch.autograd.grad(loss, [x])
         x.grad = grad.sign() if self.opts["signed"] else grad
         return loss.detach()
@@ -67,7 +86,7 @@ class InvertingGradients(OptimizationAttack):
     def batched_closure(self, state, it):
         x = state["x"]  # [R, B, C, H, W]
         loss = cosine_distance_rows(self.engine.batched_gradient(x, self.labels), self.engine.target.tensors,
-                                    self.engine.target.norm) + self.opts["tv"] * total_variation_rows(x)
+                                    self.engine.target.norm) + self.prior(x)
         (grad,) = torch.autograd.grad(loss.sum(), [x])  # restarts are independent: row r's gradient is its own
         x.grad = grad.sign() if self.opts["signed"] else grad
         return loss.detach()
