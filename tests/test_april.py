@@ -116,3 +116,18 @@ def test_the_patch_prior_counts_only_the_seams():
     assert float(patch_seams_rows(inside, 4)) == 0.0
     rows = patch_seams_rows(torch.stack([smooth_inside, inside]), 4)
     assert rows.shape == (2,) and float(rows[1]) == 0.0
+
+
+def test_a_zero_head_passes_no_gradient_back_and_april_says_so():
+    """torchvision's ViTs start with a zero head: nothing flows back to the embeddings at round 0 (measured on
+    vit_b_16 at 224 px: a zero position-embedding gradient). The closed form says so instead of returning zeros."""
+    from fedaudit.attacks.april import APRIL
+
+    spec = ModelSpec("vit-tiny", input_shape=(3, 32, 32), **CIFAR)
+    torch.manual_seed(0)
+    model = build_model(spec).eval()
+    torch.nn.init.zeros_(model.head.weight)
+    x = torch.rand(1, 3, 32, 32)
+    cap = capture_update(model, spec, x, torch.tensor([3]), CaptureConfig(batch_size=1, bn_mode="eval"))
+    tm = ThreatModel.from_tensors(Checkpoint.in_memory(spec, model), cap.tensors, cap.meta)
+    assert any("gradient is zero" in r for r in APRIL.why_not(tm))

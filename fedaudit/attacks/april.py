@@ -124,6 +124,12 @@ class APRIL(OptimizationAttack):
         if tm.batch_size and tm.batch_size > 1:
             return [f"the closed form recovers one image; this update records a batch of {tm.batch_size}"]
         _, diag = solve(tm)
+        if diag["rank"] == 0:
+            return ["the position embedding's gradient is zero: nothing flows back to the embeddings (torchvision's "
+                    "ViTs start with a zero head, so their round-0 updates leak only through the head)"]
+        if diag["rank"] < diag["patches"]:
+            return [f"the patch rows of the position embedding's gradient have rank {diag['rank']} of {diag['patches']}: "
+                    "the closed form is not identifiable"]
         if diag["relative_residual"] > MAX_RESIDUAL:
             return [f"the solve leaves a relative residual of {diag['relative_residual']:.2g} (one image leaves "
                     f"under {MAX_RESIDUAL:g}): the update holds more than one image"]
