@@ -1,3 +1,3 @@
 """fedaudit: audit recorded federated-learning updates for gradient leakage."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
