@@ -91,18 +91,21 @@ def test_april_says_why_it_does_not_apply(cli, tmp_path, case, fragment):
     assert_one_error_line(res.stderr, "not applicable: april", fragment)
 
 
-def test_gradient_matching_runs_on_a_vit_with_gradvits_patch_prior(cli, tmp_path):
+def test_gradient_matching_runs_on_a_vit_with_gradvits_and_aprils_terms(cli, tmp_path):
     _, _, truth = sample("lenet_b4")
     ckpt, upd = tmp_path / "ck.safetensors", tmp_path / "up.safetensors"
     cli("init-checkpoint", "vit-tiny", "-o", ckpt, "-q")
     cli("capture", ckpt, truth, "-b", "4", "-o", upd, "-q")
     out = cli.json(cli("reconstruct", "ig", ckpt, upd, "-o", tmp_path / "r", "-n", "4", "--patch-prior", "0.1",
-                       "--proxies", "0", "-q"))
+                       "--pos-weight", "1", "--proxies", "0", "-q"))
     assert out["status"] == "complete" and out["iterations_run"] == 4
     lenet, lenet_upd, _ = sample("lenet_b1")
     res = cli("reconstruct", "ig", lenet, lenet_upd, "-o", tmp_path / "l", "-n", "4", "--patch-prior", "0.1", "-q",
               expect=2)
     assert_one_error_line(res.stderr, "--patch-prior needs a vision transformer")
+    res = cli("reconstruct", "ig", lenet, lenet_upd, "-o", tmp_path / "m", "-n", "4", "--pos-weight", "1", "-q",
+              expect=2)
+    assert_one_error_line(res.stderr, "--pos-weight needs a vision transformer")
 
 
 def test_the_patch_prior_counts_only_the_seams():

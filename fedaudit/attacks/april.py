@@ -45,6 +45,16 @@ PATCH = ("patch_embed.weight", "patch_embed.proj.weight", "conv_proj.weight",
 MAX_RESIDUAL = 1e-3
 
 
+def position_index(names: list[str]) -> int:
+    """Where the position embedding sits among the matched tensors (``ig --pos-weight``)."""
+    from fedaudit.errors import InputError
+
+    found = [i for i, n in enumerate(names) if n in POSITION]
+    if not found:
+        raise InputError("--pos-weight needs a vision transformer whose update shares its learnable position embedding")
+    return found[0]
+
+
 def channel(tm: ThreatModel) -> dict[str, Any]:
     """The position-embedding channel of an update: its parameters and whether the closed form applies (``inspect``)."""
     pos, patch = _names(tm)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import torch
 
+from fedaudit.attacks.april import position_index
 from fedaudit.attacks.base import (
     OptimizationAttack,
     patch_seams_rows,
@@ -47,11 +48,14 @@ class InvertingGradients(OptimizationAttack):
         MethodOption("signed", bool, True, "step on the sign of the image gradient (the paper's choice)"),
         MethodOption("patch-prior", float, 0.0, "vision transformers: weight of GradViT's patch prior, the mean "
                      "squared jump across patch seams (0: off)"),
+        MethodOption("pos-weight", float, 0.0, "vision transformers: weight of APRIL's position-embedding term, 1 - cos "
+                     "of the position embedding's gradient alone (APRIL-optimal; 0: off)"),
     ) + bn_options("off", 0.01)
 
     def __init__(self, tm, engine, labels, options, num_images, iterations=None):
         super().__init__(tm, engine, labels, options, num_images, iterations)
         self.patch = patch_size(tm) if self.opts["patch-prior"] > 0 else 0
+        self.pos = position_index(engine.target.names) if self.opts["pos-weight"] > 0 else None
 
     def prior(self, x):
         """The image priors beside the gradient distance: TV, and GradViT's patch prior on a ViT."""
@@ -66,8 +70,11 @@ class InvertingGradients(OptimizationAttack):
     def closure(self, state, it):
         x = state["x"]
         captured = self.bn_inputs()
-        loss = cosine_distance(self.engine.gradient(x, self.labels, bn_inputs=captured), self.engine.target.tensors,
-                               self.engine.target.norm)
+        g = self.engine.gradient(x, self.labels, bn_inputs=captured)
+        loss = cosine_distance(g, self.engine.target.tensors, self.engine.target.norm)
+        if self.pos is not None:  # APRIL-optimal: the position embedding's gradient matched on its own as well
+            target = self.engine.target.tensors[self.pos]
+            loss = loss + self.opts["pos-weight"] * cosine_distance([g[self.pos]], [target])
         loss = loss + self.prior(x) + self.bn_term(captured)
         (grad,) = torch.autograd.grad(loss, [x])
         x.grad = grad.sign() if self.opts["signed"] else grad
@@ -85,8 +92,11 @@ class InvertingGradients(OptimizationAttack):
 
     def batched_closure(self, state, it):
         x = state["x"]  # [R, B, C, H, W]
-        loss = cosine_distance_rows(self.engine.batched_gradient(x, self.labels), self.engine.target.tensors,
-                                    self.engine.target.norm) + self.prior(x)
+        g = self.engine.batched_gradient(x, self.labels)
+        loss = cosine_distance_rows(g, self.engine.target.tensors, self.engine.target.norm) + self.prior(x)
+        if self.pos is not None:
+            target = self.engine.target.tensors[self.pos]
+            loss = loss + self.opts["pos-weight"] * cosine_distance_rows([g[self.pos]], [target], target.norm())
         (grad,) = torch.autograd.grad(loss.sum(), [x])  # restarts are independent: row r's gradient is its own
         x.grad = grad.sign() if self.opts["signed"] else grad
         return loss.detach()
