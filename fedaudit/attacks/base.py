@@ -32,9 +32,8 @@ def patch_seams_rows(x: torch.Tensor, patch: int) -> torch.Tensor:
     h, w = x.shape[-2:]
     across = [x[..., :, k * patch - 1, :] - x[..., :, k * patch, :] for k in range(1, h // patch)]
     down = [x[..., :, :, k * patch - 1] - x[..., :, :, k * patch] for k in range(1, w // patch)]
-    seams = torch.stack(across + down, dim=-2)  # [..., C, seams, length]
-    return seams.pow(2).flatten(-3).mean(-1).reshape(x.shape[:-4] + (-1,)).mean(-1) if x.dim() > 4 else \
-        seams.pow(2).mean().reshape(())
+    seams = torch.stack(across + down, dim=-2)  # [..., B, C, seams, length]
+    return seams.pow(2).flatten(-3).mean(-1).mean(-1)  # per image, then over the batch: [R], or a scalar
 
 
 def patch_size(tm) -> int:

@@ -31,10 +31,10 @@ from fedaudit.attacks.run_state import (
     LoopResult,
     check_built_for,
     finite,
-    images_or_none,
     progress_bar,
     restart_generator,
     score_restart,
+    start_images,
 )
 from fedaudit.errors import RuntimeFailure
 
@@ -115,7 +115,7 @@ def _run_group(attack, cfg, group, progress, task, log_every, held: dict):
     """Optimise the restarts in ``group`` as one stacked batch; (states, start images, diverged, iterations, history,
     interrupted). ``held["steps"]`` keeps the stepper between groups of one size (a captured graph is reused)."""
     singles = [attack.init_state(restart_generator(cfg.seed, r)) for r in group]
-    starts = [images_or_none(attack, s) for s in singles]
+    starts = [start_images(attack, s) for s in singles]
     states = {k: torch.stack([s[k].detach() for s in singles]).requires_grad_(True) for k in singles[0]}
     if held.get("size") != len(group):
         held["steps"] = cuda_graph.steps_for(attack, cfg.cuda_graph, cfg.lr, cfg.schedule, cfg.iterations, log_every)

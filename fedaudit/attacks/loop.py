@@ -41,6 +41,7 @@ from fedaudit.attacks.run_state import (  # noqa: F401  (LoopConfig, LoopResult,
     progress_bar,
     restart_generator,
     score_restart,
+    start_images,
 )
 from fedaudit.errors import InputError, RuntimeFailure
 from fedaudit.io.files import read_safetensors, write_safetensors
@@ -114,7 +115,7 @@ def optimize(attack: OptimizationAttack, cfg: LoopConfig) -> LoopResult:
         for restart in range(start_restart, cfg.restarts):
             state = attack.init_state(restart_generator(cfg.seed, restart))
             # before a resume overwrites the state: the true start (a closed form has none)
-            start_images = None if attack.closed_form else images_or_none(attack, state)
+            start = start_images(attack, state)
             state, opt = steps.begin(state)  # captured runs keep the first restart's tensors (cuda_graph.py)
             first = 0
             if saved is not None and restart == start_restart:
@@ -148,7 +149,7 @@ def optimize(attack: OptimizationAttack, cfg: LoopConfig) -> LoopResult:
             except KeyboardInterrupt:
                 interrupted = True
             if restart not in diverged and finite(state):
-                best = score_restart(attack, state, restart, start_images, best, finals)
+                best = score_restart(attack, state, restart, start, best, finals)
             if interrupted:
                 break
             progress.advance(task, cfg.iterations - 1 - it)

@@ -92,11 +92,13 @@ def restart_generator(seed: int, restart: int) -> torch.Generator:
 
 
 def initial_images(attack: OptimizationAttack, seed: int, restart: int) -> torch.Tensor | None:
-    """The images restart ``restart`` started from (drawn again: the identification metric's initialisation null);
-    None for a closed form, which starts nowhere."""
-    if attack.closed_form:
-        return None
-    return images_or_none(attack, attack.init_state(restart_generator(seed, restart)))
+    """The images restart ``restart`` started from (drawn again: the identification metric's initialisation null)."""
+    return start_images(attack, attack.init_state(restart_generator(seed, restart)))
+
+
+def start_images(attack: OptimizationAttack, state) -> torch.Tensor | None:
+    """The images a run starts from, to measure how far it moved; None for a closed form, which starts nowhere."""
+    return None if attack.closed_form else images_or_none(attack, state)
 
 
 def images_or_none(attack: OptimizationAttack, state) -> torch.Tensor | None:

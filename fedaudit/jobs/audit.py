@@ -7,7 +7,6 @@ records the image metrics, the label method's InsAcc, the risk band and where it
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +30,7 @@ from fedaudit.metrics.risk import worst_band
 from fedaudit.report.audit_html import render_audit_html
 from fedaudit.report.document import new_report
 from fedaudit.report.outdir import OutputDir
-from fedaudit.report.types import AuditCell, AuditSummary, build, typed
+from fedaudit.report.types import AuditCell, AuditSummary, build, pick
 from fedaudit.session import Session
 from fedaudit.threat_model import ThreatModel
 
@@ -99,8 +98,7 @@ class AuditJob:
     @staticmethod
     def summary(out, doc: dict[str, Any]) -> dict[str, Any]:
         """The JSON ``fedaudit audit`` prints (fedaudit/report/types.py ``AuditSummary``)."""
-        cells = [typed(AuditCell, {k: c.get(k) for k in (f.name for f in dataclasses.fields(AuditCell))})
-                 for c in doc["cells"]]
+        cells = [pick(AuditCell, c) for c in doc["cells"]]
         return build(AuditSummary, {"out": str(out), "status": doc["status"], "worst_risk_band": doc["worst_risk_band"],
                                     "worst_band_for_fail_on": doc["worst_band_for_fail_on"], "gate": doc["gate"],
                                     "cells": cells})

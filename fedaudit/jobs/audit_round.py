@@ -14,7 +14,6 @@ still audited.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import time
 from collections.abc import Callable
@@ -32,7 +31,7 @@ from fedaudit.labels import LABEL_METHODS
 from fedaudit.metrics.risk import BANDS, GATES, worst_band
 from fedaudit.report.document import new_report
 from fedaudit.report.round_html import render_round_html
-from fedaudit.report.types import RoundClient, RoundSummary, build, typed
+from fedaudit.report.types import RoundClient, RoundSummary, build, pick
 
 
 @dataclass
@@ -83,12 +82,11 @@ class RoundAudit:
 
     def printed(self, doc: dict[str, Any]) -> dict[str, Any]:
         """The JSON ``fedaudit audit-round`` prints (fedaudit/report/types.py ``RoundSummary``)."""
-        names = [f.name for f in dataclasses.fields(RoundClient)]
         return build(RoundSummary, {
             "out": str(self.out), "status": doc["status"], "worst_client": doc["worst_client"],
             "worst_band": doc["worst_band"], "histogram": doc["histogram"], "audited": doc["audited"],
             "resumed": sum(bool(r.get("resumed")) for r in doc["clients"]),
-            "clients": [typed(RoundClient, {k: r.get(k) for k in names}) for r in doc["clients"]]})
+            "clients": [pick(RoundClient, r) for r in doc["clients"]]})
 
     def clients(self) -> list[tuple[str, Path]]:
         ckpt = self.round_dir / "checkpoint.safetensors"

@@ -34,7 +34,7 @@ def schema_of(kind: type[Document]) -> dict[str, Any]:
 
     schema = TypeAdapter(kind).json_schema(mode="serialization")
     _close(schema)
-    command = kind.command()
+    command = kind.command
     schema["properties"] = {
         "schema_version": {"type": "string", "const": STDOUT_SCHEMA_VERSION},
         "command": {"type": "string", "const": command},

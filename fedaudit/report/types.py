@@ -15,25 +15,24 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 # The stdout documents' schema version: the major number changes when a field is removed, renamed or changes type;
 # the minor when one is added (docs/schema/README.md).
 STDOUT_SCHEMA_VERSION = "2.0"
 
 Band = Literal["low", "medium", "high", "very_high"]
+Gate = Literal["upper", "point", "lower"]  # which end of a band's range --fail-on reads
 
 
 @dataclass
 class Document:
     """What every stdout document carries."""
 
-    def to_json(self) -> dict[str, Any]:
-        return {"schema_version": STDOUT_SCHEMA_VERSION, "command": self.command(), **dataclasses.asdict(self)}
+    command: ClassVar[str]  # the command that prints it (not a field: to_json puts it first)
 
-    @classmethod
-    def command(cls) -> str:
-        raise NotImplementedError
+    def to_json(self) -> dict[str, Any]:
+        return {"schema_version": STDOUT_SCHEMA_VERSION, "command": self.command, **dataclasses.asdict(self)}
 
 
 @dataclass
@@ -48,6 +47,8 @@ class Identification:
 class ReconstructSummary(Document):
     """``fedaudit reconstruct``'s stdout: the run, its measured band (with ``--truth``), its truth-free estimate and
     the band ``--fail-on`` read."""
+
+    command = "reconstruct"
 
     out: str
     status: Literal["complete", "interrupted"]
@@ -75,17 +76,15 @@ class ReconstructSummary(Document):
     # what --fail-on read
     band_for_fail_on: Band | None
     band_source: str | None
-    gate: Literal["upper", "point", "lower"] | None
+    gate: Gate | None
     gate_line: str | None
-
-    @classmethod
-    def command(cls) -> str:
-        return "reconstruct"
 
 
 @dataclass
 class LabelsResult(Document):
     """``fedaudit labels METHOD``'s stdout: the counts per class, the labels, and what the reading rests on."""
+
+    command = "labels"
 
     method: str
     paper: str
@@ -106,14 +105,12 @@ class LabelsResult(Document):
     channels: dict[str, Any]
     inputs: dict[str, Any]
 
-    @classmethod
-    def command(cls) -> str:
-        return "labels"
-
 
 @dataclass
 class InspectResult(Document):
     """``fedaudit inspect``'s stdout: what an update contains and which methods can run on it."""
+
+    command = "inspect"
 
     checkpoint: dict[str, Any]
     update: dict[str, Any]
@@ -135,30 +132,24 @@ class InspectResult(Document):
     defenses: dict[str, Any]
     warnings: list[str]
 
-    @classmethod
-    def command(cls) -> str:
-        return "inspect"
-
 
 @dataclass
 class ScoreSummary(Document):
     """``fedaudit score``'s stdout: a reconstruction measured against the truth."""
 
+    command = "score"
+
     out: str
     risk_band: Band
     risk_band_range: list[Band]
     band_for_fail_on: Band
-    gate: Literal["upper", "point", "lower"]
+    gate: Gate
     gate_line: str
     summary: dict[str, Any]
     worst_image_risk_band: Band | None
     paper_best_match: dict[str, Any] | None
     blank_baseline: dict[str, Any] | None
     psnr_above_blank: float | None
-
-    @classmethod
-    def command(cls) -> str:
-        return "score"
 
 
 @dataclass
@@ -183,16 +174,14 @@ class AuditCell:
 class AuditSummary(Document):
     """``fedaudit audit``'s stdout: every attack against every defended copy, and the worst band."""
 
+    command = "audit"
+
     out: str
     status: Literal["complete", "interrupted", "incomplete"]
     worst_risk_band: Band | None
     worst_band_for_fail_on: Band | None
-    gate: Literal["upper", "point", "lower"]
+    gate: Gate
     cells: list[AuditCell]
-
-    @classmethod
-    def command(cls) -> str:
-        return "audit"
 
 
 @dataclass
@@ -212,6 +201,8 @@ class RoundClient:
 class RoundSummary(Document):
     """``fedaudit audit-round``'s stdout: every client of a round, the worst one and the bands' histogram."""
 
+    command = "audit-round"
+
     out: str
     status: Literal["complete", "interrupted"]
     worst_client: str | None
@@ -221,28 +212,24 @@ class RoundSummary(Document):
     resumed: int
     clients: list[RoundClient]
 
-    @classmethod
-    def command(cls) -> str:
-        return "audit-round"
-
 
 @dataclass
 class DefendSummary(Document):
     """``fedaudit defend DEFENSE``'s stdout: the defended update written and what the defense did."""
+
+    command = "defend"
 
     output: str
     defense: dict[str, Any]
     relative_gradient_error: float | None
     defenses_applied: int
 
-    @classmethod
-    def command(cls) -> str:
-        return "defend"
-
 
 @dataclass
 class CaptureSummary(Document):
     """``fedaudit capture``'s stdout: the recorded update, its recipe and which image went to which label and step."""
+
+    command = "capture"
 
     update: str
     sha256: str
@@ -255,12 +242,8 @@ class CaptureSummary(Document):
     withheld: list[str]
     images: list[dict[str, Any]]
 
-    @classmethod
-    def command(cls) -> str:
-        return "capture"
 
-
-DOCUMENTS: dict[str, type[Document]] = {t.command(): t for t in (
+DOCUMENTS: dict[str, type[Document]] = {t.command: t for t in (
     ReconstructSummary, LabelsResult, InspectResult, ScoreSummary, AuditSummary, RoundSummary, DefendSummary,
     CaptureSummary)}
 
@@ -273,6 +256,11 @@ def typed(kind: type, fields: dict[str, Any]) -> Any:
     if unknown:
         raise TypeError(f"{kind.__name__} has no field(s) {sorted(unknown)}")
     return kind(**{n: fields.get(n) for n in names})
+
+
+def pick(kind: type, record: dict[str, Any]) -> Any:
+    """A ``kind`` from the entries of ``record`` it names (a record keeps more: an audit cell, a round's client)."""
+    return kind(**{f.name: record.get(f.name) for f in dataclasses.fields(kind)})
 
 
 def build(kind: type[Document], fields: dict[str, Any]) -> dict[str, Any]:

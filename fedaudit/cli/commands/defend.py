@@ -33,9 +33,9 @@ def _defend(cls, options: dict, kw: dict) -> None:
     job = DefendJob(session, tm, [(cls.name, options)], load_truth(kw["batch"]) if kw["batch"] else None)
     result = job.run()
     job.write(kw["out"], result)
-    rel = job.utility(result)["relative_gradient_error"]
-    info_line(f"{cls.name}: relative gradient change {rel:.4g} -> {kw['out']}", session.quiet)
-    emit_json(job.summary(kw["out"], result))
+    doc = job.summary(kw["out"], result)
+    info_line(f"{cls.name}: relative gradient change {doc['relative_gradient_error']:.4g} -> {kw['out']}", session.quiet)
+    emit_json(doc)
 
 
 def register(app) -> None:

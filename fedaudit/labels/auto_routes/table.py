@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from fedaudit.labels.auto_routes import bn_mixture, class_count, delta, evidence, rules, shown, split
 from fedaudit.labels.auto_routes.calibration import SPREAD_THRESHOLD
@@ -57,9 +56,6 @@ class Features:
         if not self.hybrid:
             return self.strategy
         return "rules" if self.rules_exact else "ensemble" if self.multi_step else "evidence"
-
-    def as_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__} | {"fallback": self.fallback}
 
 
 @dataclass
