@@ -34,6 +34,12 @@ LONG = 600.0  # a run predicted (from its own pace after WARM_UP seconds) to tak
 WARM_UP = 2.0
 
 
+def predicted_total(elapsed: float, fraction: float) -> float | None:
+    """A run's whole time at its pace so far, once it has run ``WARM_UP`` seconds and done something (else None):
+    the one rule behind "predicted to take about N min" for attacks and label methods alike."""
+    return elapsed / fraction if elapsed >= WARM_UP and fraction > 0 else None
+
+
 class LineProgress:
     """Rich's Progress calls, printed as a plain line every ``every`` seconds and once at the end of a task."""
 
@@ -67,9 +73,10 @@ class LineProgress:
         task["completed"] += advance
         now = time.perf_counter()
         elapsed = now - task["start"]
-        if not task["predicted"] and elapsed >= WARM_UP and task["completed"]:
+        share = task["completed"] / task["total"] if task["total"] else 0.0
+        total = None if task["predicted"] else predicted_total(elapsed, share)
+        if total is not None:
             task["predicted"] = True
-            total = elapsed / task["completed"] * task["total"]
             if total > LONG:
                 sys.stderr.write(f"fedaudit: {task['description']}: predicted to take about {total / 60:.0f} min at "
                                  f"this pace ({int(task['total'])} iterations); fewer iterations (-n) or a GPU "
@@ -135,9 +142,9 @@ class Heartbeat:
     def advance(self, fraction: float) -> None:
         self.fraction = min(max(fraction, 0.0), 1.0)
         elapsed = time.perf_counter() - self._start
-        if not self.predicted and elapsed >= WARM_UP and self.fraction > 0:
+        total = None if self.predicted else predicted_total(elapsed, self.fraction)
+        if total is not None:
             self.predicted = True
-            total = elapsed / self.fraction
             if total > LONG:
                 self._say(f"predicted to take about {total / 60:.0f} min at this pace; a GPU, fewer method steps or "
                           "another method shortens it")
