@@ -88,7 +88,7 @@ def solve(tm: ThreatModel) -> tuple[torch.Tensor, dict[str, Any]]:
             "rank": int((s > s[0] * 1e-10 * max(a.shape)).sum()), "patches": n_patches, "width": d}
     params = dict(tm.model.named_parameters())
     checks = {}
-    cls_name = pos.replace("pos_embed", "cls_token") if pos == "pos_embed" else None
+    cls_name = "cls_token" if pos == "pos_embed" else None
     if cls_name and tm.grad(cls_name) is not None and g_pos.shape[0] > n_patches:  # g_cls = g_P[0] (sums for any B)
         g_cls = tm.gradient[cls_name].detach().double().cpu().flatten()
         checks["class_token"] = float((g_cls - g_pos[0]).norm() / g_pos[0].norm().clamp_min(1e-300))
