@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import sys
@@ -81,6 +82,7 @@ GAP_ATTACKS = (("gradinversion", 100, None), ("gradinversion", 200, None), ("hfg
 GAP_SIZES = (1, 4, 32)
 GAP_IDS = 1000
 OUT = RESULTS / "verdict_transfer.jsonl"
+LOADED = 4.0  # 1-minute load average above which a row's wall-time cost is not read (a 2-core machine)
 
 _models: dict[tuple[str, str], tuple[ModelSpec, torch.nn.Module]] = {}
 
@@ -200,13 +202,15 @@ def run(case: dict, proxies: int) -> dict:
     session = Session(seed=case["seed"], quiet=True)
     truth = Truth(x, y, torch.arange(b * k) // b, [])
     tm, loop = defended_and_loop(tm, session, case, truth)
-    t0 = time.perf_counter()
+    t0, load0 = time.perf_counter(), os.getloadavg()[0]
     result = ReconstructJob(session, tm, case["attack"], None, loop, labels="auto", proxies=proxies).run(truth)
     r = result.report
     m, verdict = r["metrics"], r["evidence"]["verdict"]
     proxy_seconds = sum(p["seconds"] for p in (r["evidence"].get("proxies") or {}).get("measured", []))
     return {**case, "seconds": round(time.perf_counter() - t0, 2), "attack_seconds": r["timings"]["attack"],
             "proxy_seconds": round(proxy_seconds, 2), "proxies": proxies,
+            # the machine's 1-minute load at the start and end: wall-time ratios read against contention
+            "load": [round(load0, 1), round(os.getloadavg()[0], 1)],
             "measured": {"band": m["risk_band"], "range": m["risk_band_range"], "psnr": m["summary"]["psnr"]["mean"],
                          "above_floor": m["psnr_above_blank"], "identified": (m.get("identification") or {}).get("rate"),
                          "paper_band": m["risk_band_psnr"]},
@@ -314,8 +318,14 @@ def table(rows: list[dict]) -> str:
                   f"{r['defense']}: measured {r['measured']['band']} {r['measured']['range']} (PSNR "
                   f"{r['measured']['psnr']:.1f}, {r['measured']['above_floor']:+.1f} vs floor), estimated "
                   f"{r['estimate']['band']} {r['estimate']['range']}" for r in under]
-    cost = [r["seconds"] / max(r["seconds"] - r["proxy_seconds"], 1e-9) for r in ok if r.get("proxies")]
-    attack = [r["seconds"] / max(r["attack_seconds"], 1e-9) for r in ok if r.get("proxies")]
+    # wall-time ratios mean something only where the load held still: rows recorded under a 1-minute load above
+    # LOADED (e.g. as the load of issue 64's loaded-suite run) are left out of the cost figures
+    quiet = [r for r in ok if r.get("proxies") and max(r.get("load") or [0]) <= LOADED]
+    cost = [r["seconds"] / max(r["seconds"] - r["proxy_seconds"], 1e-9) for r in quiet]
+    attack = [r["seconds"] / max(r["attack_seconds"], 1e-9) for r in quiet]
+    if len(quiet) < len(ok):
+        lines += ["", f"{len(ok) - len(quiet)} runs were recorded under a 1-minute load above {LOADED} and are "
+                      "left out of the cost figures below (their bands are unaffected: budgets are iterations)."]
     if cost:
         lines += ["", f"Cost (CPU, one thread): with {ok[0]['proxies']} proxies a run took a median "
                       f"{statistics.median(cost):.1f}x (max {max(cost):.1f}x) the time of the same run without them "

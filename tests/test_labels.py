@@ -285,11 +285,13 @@ def test_fedavg_delta_counts_every_step(cli):
     assert out["num_samples"] == 12 and sum(out["truth_counts"]) == 12
 
 
-# the six samples of the first release: the two added with 0.2.0 repeat their kinds (flower_lenet_k2 is
-# lenet_fedavg_k3's K-step LeNet change as weights, imported byte for byte in tests/test_readme_runs.py;
-# convnet_fedavg_bn a BN model's delta, read by `labels auto` and `bn-count` there and in tests/test_bn_count.py),
-# and every method on them would add a minute to the suite
-MATRIX = [n for n in SAMPLE_NAMES if n not in ("flower_lenet_k2", "convnet_fedavg_bn")]
+# one sample of each kind: a LeNet at B = 1 and B = 4, a withheld-layer MLP, a FedAvg K-step delta and a BatchNorm
+# model in train mode (resnet10_b4). The others repeat a kind and every method on them would add a minute to the
+# suite: flower_lenet_k2 is lenet_fedavg_k3's K-step LeNet change as weights (imported byte for byte in
+# tests/test_readme_runs.py); convnet_fedavg_bn is a BN model's delta, read by `labels auto` and `bn-count` there
+# and in tests/test_bn_count.py; convnet_b8_repeated is a second train-mode BN batch (44 s of the matrix), read by
+# bias-count in test_cli_table_options_and_errors and reconstructed in tests/test_reconstruct.py
+MATRIX = [n for n in SAMPLE_NAMES if n not in ("flower_lenet_k2", "convnet_fedavg_bn", "convnet_b8_repeated")]
 
 
 @pytest.mark.parametrize("name", MATRIX)
