@@ -115,7 +115,7 @@ def run(case: dict) -> dict:
     tm, loop = defended_and_loop(tm, session, case, truth)
     t0 = time.perf_counter()
     result = ReconstructJob(session, tm, case["attack"], None, loop, labels="auto").run(truth)
-    r = result.report
+    r = result.report.to_json()
     m = r["metrics"]
     return {**case, "seconds": round(time.perf_counter() - t0, 2), "evidence": r["evidence"],
             "psnr": m["summary"]["psnr"]["mean"], "blank_floor": m["blank_baseline"]["floor"]["psnr"],

@@ -204,7 +204,7 @@ def run(case: dict, proxies: int) -> dict:
     tm, loop = defended_and_loop(tm, session, case, truth)
     t0, load0 = time.perf_counter(), os.getloadavg()[0]
     result = ReconstructJob(session, tm, case["attack"], None, loop, labels="auto", proxies=proxies).run(truth)
-    r = result.report
+    r = result.report.to_json()
     m, verdict = r["metrics"], r["evidence"]["verdict"]
     proxy_seconds = sum(p["seconds"] for p in (r["evidence"].get("proxies") or {}).get("measured", []))
     return {**case, "seconds": round(time.perf_counter() - t0, 2), "attack_seconds": r["timings"]["attack"],

@@ -56,7 +56,7 @@ def run(model: str, b: int, attack: str, iterations: int, seed: int) -> dict:
     t0 = time.perf_counter()
     try:
         loop = {"iterations": iterations} if attack != "april" else None
-        r = ReconstructJob(session, tm, attack, None, loop, proxies=0).run(truth).report
+        r = ReconstructJob(session, tm, attack, None, loop, proxies=0).run(truth).report.to_json()
     except NotApplicable as e:
         return {**row, "not_applicable": str(e)}
     m = r["metrics"]

@@ -63,9 +63,12 @@ def lenet_ckpt(tmp_path) -> Path:
 
 @pytest.fixture(autouse=True)
 def stdout_documents_follow_their_schema(monkeypatch):
-    """Every typed stdout document a test makes (``reconstruct``, ``labels``, ``inspect``: fedaudit/report/types.py)
-    is validated against its published JSON Schema (docs/schema/) as it is written (issue 66)."""
+    """Every typed stdout document a test makes (fedaudit/report/types.py) and every report.json
+    (fedaudit/report/run_report.py) is validated against its published JSON Schema (docs/schema/) as it is written
+    (issue 66)."""
     from fedaudit.io import files
+    from fedaudit.report import write
+    from fedaudit.report.run_report import REPORT_SCHEMA_VERSION
     from fedaudit.report.types import STDOUT_SCHEMA_VERSION
 
     from .schemas import validate
@@ -74,8 +77,12 @@ def stdout_documents_follow_their_schema(monkeypatch):
 
     def checked(obj, *args, **kwargs):
         text = real(obj, *args, **kwargs)
-        if isinstance(obj, dict) and obj.get("schema_version") == STDOUT_SCHEMA_VERSION:
+        if isinstance(obj, dict) and "tool" in obj and obj.get("command") in ("reconstruct", "score"):
+            assert obj.get("schema_version") == REPORT_SCHEMA_VERSION
+            validate("report", text)  # report.json: the full record in the output folder
+        elif isinstance(obj, dict) and obj.get("schema_version") == STDOUT_SCHEMA_VERSION:
             validate(obj.get("command"), text)
         return text
 
     monkeypatch.setattr(files, "dumps_json", checked)
+    monkeypatch.setattr(write, "dumps_json", checked)  # report.json's writer holds its own reference

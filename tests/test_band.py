@@ -114,8 +114,9 @@ def test_the_truth_itself_is_firmly_identified_and_very_high():
 
 def test_a_psnr_only_band_is_said_on_stderr_when_lpips_is_missing(monkeypatch):
     from fedaudit.metrics import evaluate
-    from fedaudit.metrics.evaluate import skipped_line
     from fedaudit.metrics.lpips import LpipsModel
+    from fedaudit.report.run_report import Measured
+    from fedaudit.report.types import parse
 
     monkeypatch.setattr(evaluate, "load_lpips", lambda net, weights=None: LpipsModel(net, None, None, "no vgg weights"))
     import fedaudit.metrics.identification as ident_mod
@@ -124,6 +125,6 @@ def test_a_psnr_only_band_is_said_on_stderr_when_lpips_is_missing(monkeypatch):
     _, truth = load_sample("lenet_b4")
     m = evaluate_images(truth.images.clone(), truth.images)
     assert m["band"]["identification"] is None and "PSNR alone" in m["band"]["why"]
-    assert skipped_line(m) == ("warning: LPIPS and identification were skipped (no vgg weights): the band is "
+    assert parse(Measured, m).skipped_line() == ("warning: LPIPS and identification were skipped (no vgg weights): the band is "
                                "PSNR-only; pass --lpips-weights or install the LPIPS backbone weights (docs/metrics.md)")
-    assert skipped_line({"identification": {"rate": 0.5}}) is None
+    assert parse(Measured, {"identification": {"rate": 0.5}}).skipped_line() is None

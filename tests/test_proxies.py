@@ -69,11 +69,11 @@ def test_a_dp_drowned_update_is_estimated_low_with_an_upper_end_at_most_medium()
     job = DefendJob(session, tm, [parse_defense("dp:clip=1:sigma=10")], truth)
     noisy = job.defended_threat_model(job.run())
     result = ReconstructJob(session, noisy, "ig", None, {"iterations": 100}, proxies=2).run()
-    verdict = result.report["evidence"]["verdict"]
+    verdict = result.report.to_json()["evidence"]["verdict"]
     assert verdict["source"] == "calibrated on 2 proxy batches", verdict
     assert verdict["band"] == "low" and verdict["range"][1] in ("low", "medium"), verdict
     # the proxies went through the same defense: their uploads record it
-    for p in result.report["evidence"]["proxies"]["measured"]:
+    for p in result.report.to_json()["evidence"]["proxies"]["measured"]:
         assert p["update"]["defenses"] == ["dp"], p
 
 
@@ -106,10 +106,10 @@ def test_no_public_images_of_the_inputs_shape_leaves_the_rule_uncalibrated_and_g
     tm = threat_model(spec, net, x, torch.tensor([1, 2]), CaptureConfig(batch_size=2, bn_mode="eval"))
     result = ReconstructJob(Session(seed=0, quiet=True), tm, "ig", None, {"iterations": 20}, given_labels=[1, 2],
                             proxies=3).run()
-    ev = result.report["evidence"]
+    ev = result.report.to_json()["evidence"]
     assert ev["proxies"]["not_applicable"] == "no proxies: no public images with 2 channels"
     assert ev["verdict"]["source"].startswith("uncalibrated rule")
-    gate = result.report["fail_on_band"]
+    gate = result.report.to_json()["fail_on_band"]
     assert gate["band"] == ev["verdict"]["range"][1] and gate["gate"] == "upper"
     assert any(line.startswith("uncalibrated: no proxies") for line in result.notes("out"))
 
@@ -129,7 +129,7 @@ def test_a_proxy_that_fails_to_capture_is_a_warning(monkeypatch):
     monkeypatch.setattr(proxies_mod, "simulated_client", flaky)
     result = ReconstructJob(session, tm, "ig", None, {"iterations": 20}, given_labels=truth.labels.tolist(),
                             proxies=2).run()
-    ev = result.report["evidence"]
+    ev = result.report.to_json()["evidence"]
     assert ev["proxies"]["warnings"] == ["proxy 0 could not be measured: the capture failed"]
     assert len(ev["proxies"]["measured"]) == 1 and ev["verdict"]["source"] == "calibrated on 1 proxy batch"
     assert any("proxy 0 could not be measured" in line for line in result.notes("out"))
@@ -145,8 +145,8 @@ def test_ctrl_c_during_the_proxies_keeps_the_real_run(monkeypatch):
     monkeypatch.setattr(proxies_mod, "simulated_client", interrupt)
     result = ReconstructJob(session, tm, "ig", None, {"iterations": 20}, given_labels=[3], proxies=2).run()
     assert result.interrupted and result.images.shape[0] == 1
-    assert result.report["evidence"]["proxies"]["interrupted"] is True
-    assert result.report["evidence"]["verdict"]["source"].startswith("uncalibrated rule")
+    assert result.report.to_json()["evidence"]["proxies"]["interrupted"] is True
+    assert result.report.to_json()["evidence"]["verdict"]["source"].startswith("uncalibrated rule")
 
 
 def test_an_interrupted_run_starts_no_proxies():
@@ -160,4 +160,4 @@ def test_an_interrupted_run_starts_no_proxies():
     result = ReconstructJob(session, tm, "ig", None, {"iterations": 1_000_000}, given_labels=[3], proxies=3,
                             monitor=ctrl_c, monitor_every=5).run()
     assert result.interrupted and result.loop.iterations_run == 5
-    assert result.report["evidence"]["proxies"]["not_applicable"] == "no proxies: the run was interrupted"
+    assert result.report.to_json()["evidence"]["proxies"]["not_applicable"] == "no proxies: the run was interrupted"

@@ -37,6 +37,8 @@ def test_an_early_interrupt_is_one_line_not_a_traceback():
     _, stderr = proc.communicate(timeout=60)
     if proc.returncode == 0:
         pytest.skip("the imports finished before the signal arrived")
+    if proc.returncode == -signal.SIGINT and not stderr:  # a loaded machine: Python had not installed its handler
+        pytest.skip("the signal arrived before the interpreter had started")
     # 130, or killed by SIGINT after the line (-2, which a shell also reports as 130) when the interrupt lands
     # where Python re-raises it at exit
     assert proc.returncode in (130, -signal.SIGINT) and "Traceback" not in stderr, stderr

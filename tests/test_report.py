@@ -10,8 +10,9 @@ from PIL import Image
 
 from fedaudit.errors import InputError
 from fedaudit.metrics.evaluate import evaluate_images
-from fedaudit.report.document import REPORT_SCHEMA_VERSION, new_report
+from fedaudit.report.document import new_report
 from fedaudit.report.outdir import MARKER, OutputDir
+from fedaudit.report.run_report import REPORT_SCHEMA_VERSION, RunReport
 from fedaudit.report.write import write_report
 
 from .helpers import sample
@@ -19,15 +20,14 @@ from .helpers import sample
 
 def _report(tmp_path, **options):
     ckpt, upd, truth = sample("lenet_b4")
-    return new_report("test", {"checkpoint": ckpt, "update": upd, "missing": None}, options, seed=5)
+    return new_report("score", {"checkpoint": ckpt, "update": upd, "missing": None}, options, seed=5)
 
 
 def test_full_report_folder(tmp_path):
     g = torch.Generator().manual_seed(0)
     truth = torch.rand(4, 3, 32, 32, generator=g)
     recon = torch.cat([truth[[3, 1, 0, 2]], torch.rand(1, 3, 32, 32, generator=g)])  # one extra reconstruction
-    report = _report(tmp_path, note="<script>alert(1)</script>")
-    report["metrics"] = evaluate_images(recon, truth)
+    report = RunReport.of({**_report(tmp_path, note="<script>alert(1)</script>"), "metrics": evaluate_images(recon, truth)})
     out = write_report(OutputDir(tmp_path / "out"), report, recon, truth)
     assert sorted(p.name for p in (out / "images").iterdir()) == [f"{i:03d}.png" for i in range(5)]
     data = json.loads((out / "report.json").read_text())

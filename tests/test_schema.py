@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
 from fedaudit.report import schema
+from fedaudit.report.run_report import REPORT_SCHEMA_VERSION, RunReport
 from fedaudit.report.types import DOCUMENTS, STDOUT_SCHEMA_VERSION, LabelsResult, build
 
 from .helpers import sample
@@ -35,6 +37,11 @@ def test_each_typed_command_prints_a_document_its_schema_accepts(cli, tmp_path):
     for command, doc in docs.items():
         assert doc["schema_version"] == STDOUT_SCHEMA_VERSION and doc["command"] == command
         validate(command, json.dumps(doc))
+    for folder in ("r", "s"):  # report.json of reconstruct and of score: every field present, nothing else
+        record = json.loads((tmp_path / folder / "report.json").read_text())
+        assert record["schema_version"] == REPORT_SCHEMA_VERSION
+        validate("report", json.dumps(record))
+        assert set(record) == {f.name for f in dataclasses.fields(RunReport)}
     assert docs["reconstruct"]["risk_band"] is None  # no truth: present, and null
     assert docs["reconstruct"]["risk_band_estimated"] in ("low", "medium", "high", "very_high")
 
@@ -48,3 +55,5 @@ def test_a_document_that_drifts_from_its_type_is_caught():
     doc = {**ok, "extra": 1}
     with pytest.raises(AssertionError, match="Additional properties"):
         validate("labels", json.dumps(doc))
+    with pytest.raises(TypeError, match="no field"):  # report.json's types are as strict, nested parts too
+        RunReport.of({"tool": {}, "command": "score", "metrics": {"summary": {"psnr": None, "fid": None}}})

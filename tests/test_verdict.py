@@ -57,11 +57,11 @@ def test_a_dp_noised_update_is_estimated_low():
     job = DefendJob(session, tm, [parse_defense("dp:clip=1:sigma=10")], truth)
     noisy = job.defended_threat_model(job.run())
     result = ReconstructJob(session, noisy, "ig", None, {"iterations": 100}).run()
-    verdict = result.report["evidence"]["verdict"]
+    verdict = result.report.to_json()["evidence"]["verdict"]
     assert verdict["band"] == "low", verdict
     # the same run without the noise explains the update far better
-    clean = ReconstructJob(session, tm, "ig", None, {"iterations": 100}).run().report["evidence"]
-    noisy_rel = result.report["evidence"]["reconstruction"]["explained"]["relative_distance"]
+    clean = ReconstructJob(session, tm, "ig", None, {"iterations": 100}).run().report.to_json()["evidence"]
+    noisy_rel = result.report.to_json()["evidence"]["reconstruction"]["explained"]["relative_distance"]
     assert clean["reconstruction"]["explained"]["relative_distance"] < noisy_rel / 2, (clean, noisy_rel)
 
 

@@ -64,6 +64,17 @@ def make_app() -> typer.Typer:
 app = make_app()
 
 
+def _invoke(command) -> int:
+    """Run the command line: Click's main without its conversions (Typer's turns an interrupt that lands outside a
+    command, e.g. while the help prints, into a silent exit 130; here it reaches :func:`main`, which says so)."""
+    try:
+        with command.make_context("fedaudit", sys.argv[1:]) as ctx:
+            rv = command.invoke(ctx)
+    except typer.Exit as e:
+        return e.exit_code
+    return rv if isinstance(rv, int) else 0
+
+
 def main() -> None:
     """Entry point: usage errors become one stderr line with exit 2 (Click would print a boxed panel)."""
     command = typer.main.get_command(app)
@@ -75,7 +86,7 @@ def main() -> None:
                 print(text)
         sys.exit(EXIT_INPUT)
     try:
-        code = command.main(prog_name="fedaudit", standalone_mode=False)
+        code = _invoke(command)
     except KeyboardInterrupt:
         error_line("interrupted")
         sys.exit(EXIT_INTERRUPTED)

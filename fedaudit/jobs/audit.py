@@ -30,6 +30,7 @@ from fedaudit.metrics.risk import worst_band
 from fedaudit.report.audit_html import render_audit_html
 from fedaudit.report.document import new_report
 from fedaudit.report.outdir import OutputDir
+from fedaudit.report.run_report import RunReport
 from fedaudit.report.types import AuditCell, AuditSummary, build, pick
 from fedaudit.session import Session
 from fedaudit.threat_model import ThreatModel
@@ -75,6 +76,22 @@ def check_plan(attacks: list[str], labels: str | None, iterations: int | None, r
 
 def slug(text: str) -> str:
     return path_component(text)
+
+
+def cell_figures(report: RunReport) -> dict[str, Any]:
+    """An audit cell's figures from its run's report."""
+    m, gate, attack, labels = report.metrics, report.fail_on_band, report.attack, report.labels
+    assert attack is not None and labels is not None
+    label_metrics = labels.metrics or {}
+    return {"psnr": m.stat("psnr") if m else None, "ssim": m.stat("ssim") if m else None,
+            "lpips": m.stat("lpips") if m else None, "risk_band": m.risk_band if m else None,
+            "risk_band_range": m.risk_band_range if m else None, "band_for_fail_on": gate.band if gate else None,
+            "risk_band_estimated": report.risk_band_estimated,
+            "risk_band_estimated_confidence": report.risk_band_estimated_confidence,
+            "label_insacc": label_metrics.get("InsAcc"), "label_insacc_floor": (label_metrics.get("floor") or {}).get("InsAcc"),
+            **label_check_fields(labels.self_check()), "iterations": attack.iterations_run,
+            "seconds": report.timings.get("attack"), "status": report.status,
+            "feature_relative_error": (m.features or {}).get("relative_error", {}).get("max") if m else None}
 
 
 @dataclass
@@ -162,25 +179,10 @@ class AuditJob:
                     continue
                 prefix = f"cells/{slug(label)}__{slug(attack)}/"
                 report = result.report
-                report["defenses"] = row["records"]
+                report.defenses = row["records"]
                 job.write(out, result, truth, prefix=prefix)
-                m = report.get("metrics", {})
-                summary = m.get("summary", {})
-                label_metrics = report["labels"].get("metrics") or {}
-                cell.update({
-                    "psnr": (summary.get("psnr") or {}).get("mean"), "ssim": (summary.get("ssim") or {}).get("mean"),
-                    "lpips": (summary.get("lpips") or {}).get("mean"), "risk_band": m.get("risk_band"),
-                    "risk_band_range": m.get("risk_band_range"), "band_for_fail_on": report["fail_on_band"]["band"],
-                    "risk_band_estimated": report.get("risk_band_estimated"),
-                    "risk_band_estimated_confidence": report.get("risk_band_estimated_confidence"),
-                    "label_insacc": label_metrics.get("InsAcc"), "label_method": job.label_method,
-                    "label_insacc_floor": (label_metrics.get("floor") or {}).get("InsAcc"),
-                    **label_check_fields(report["labels"]),
-                    "iterations": report["attack"]["iterations_run"], "seconds": report["timings"].get("attack"),
-                    "report": f"{prefix}report.json", "grid": f"{prefix}grid.png" if result.images.shape[0] else None,
-                    "status": report["status"],
-                    "feature_relative_error": (m.get("features") or {}).get("relative_error", {}).get("max"),
-                })
+                cell.update(cell_figures(report), label_method=job.label_method, report=f"{prefix}report.json",
+                            grid=f"{prefix}grid.png" if result.images.shape[0] else None)
                 cells.append(cell)
                 if on_cell:
                     on_cell(cell)

@@ -130,10 +130,9 @@ class LabelJob:
         return out
 
 
-def label_check_fields(labels: dict[str, Any]) -> dict[str, Any]:
-    """A label reading's self-check in brief (an audit cell, a round's client): the estimated InsAcc, an even
-    guess's on the same counts, near a guess or not."""
-    check = (labels.get("evidence") or {}).get("self_check")
+def label_check_fields(check: dict[str, Any] | None) -> dict[str, Any]:
+    """A label reading's self-check (``LabelReading.self_check()``) in brief (an audit cell, a round's client): the
+    estimated InsAcc, an even guess's on the same counts, near a guess or not."""
     if not check:
         return {}
     if not check.get("clients"):

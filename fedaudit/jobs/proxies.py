@@ -85,21 +85,19 @@ def run_proxies(job: ProxiedJob, labels: list[int], count: int) -> dict[str, Any
         if result.interrupted:
             interrupted = True
             break
-        m = result.report.get("metrics") or {}
-        rule = (result.report.get("evidence") or {}).get("verdict") or {}
-        if "band" not in m:
+        m, rule = result.report.metrics, result.report.verdict
+        if m is None or m.band is None:
             warnings.append(f"proxy {j} gave no images to measure")
             continue
-        ident = m.get("identification") or {}
-        records.append({"index": j, "measured": {"band": m["band"]["band"], "range": m["band"]["range"]},
-                        "score_db": rule.get("score_db"), "rule_band": rule.get("band"),
-                        "psnr": m["summary"]["psnr"]["mean"], "above_floor": m["psnr_above_blank"],
-                        "identified": ident.get("identified"), "of": ident.get("of"),
+        ident = m.identification
+        records.append({"index": j, "measured": {"band": m.band.band, "range": m.band.range},
+                        "score_db": rule.score_db if rule else None, "rule_band": rule.band if rule else None,
+                        "psnr": m.stat("psnr"), "above_floor": m.psnr_above_blank,
+                        "identified": ident.identified if ident else None, "of": ident.of if ident else None,
                         "seconds": round(time.perf_counter() - t1, 3),
                         "update": {"kind": sim.meta.kind, "batch_size": sim.batch_size, "local_steps": sim.meta.local_steps,
                                    "local_lr": sim.meta.local_lr, "defenses": [d.get("name") for d in sim.meta.defenses]},
-                        "images": result.images, "truth": truth.images, "pairs": [
-                            (r["truth_index"], r["recon_index"]) for r in m["per_image"]]})
+                        "images": result.images, "truth": truth.images, "pairs": m.pairs()})
     if interrupted:
         warnings.append(f"interrupted after {len(records)} of {count} proxies: the estimate is calibrated on those")
     return {"requested": count, "proxies": records, "warnings": warnings, "source": source, "interrupted": interrupted,

@@ -3,6 +3,7 @@ attack (``fedaudit reconstruct``, the audit matrix, benchmarks, tests)."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -27,14 +28,15 @@ from fedaudit.jobs.labels import LabelJob
 from fedaudit.jobs.proxies import run_proxies
 from fedaudit.labels import LABEL_METHODS
 from fedaudit.labels.base import samples_in_update
-from fedaudit.metrics.evaluate import evaluate_images, skipped_line
+from fedaudit.metrics.evaluate import evaluate_images
 from fedaudit.metrics.features import feature_recovery
 from fedaudit.metrics.risk import GATES
 from fedaudit.models.head import output_layer_io
 from fedaudit.report.document import new_report
 from fedaudit.report.label_lines import summary_line
 from fedaudit.report.outdir import OutputDir
-from fedaudit.report.types import Identification, ReconstructSummary, build
+from fedaudit.report.run_report import AttackRun, Evidence, LabelReading, Measured, RunReport, Verdict
+from fedaudit.report.types import Identification, ReconstructSummary, build, parse
 from fedaudit.report.write import comparison_grid, write_report
 from fedaudit.session import Session
 from fedaudit.threat_model import ThreatModel
@@ -94,7 +96,7 @@ def read_labels_file(path: Path, expected: int, num_classes: int) -> list[int]:
 
 @dataclass
 class ReconstructResult:
-    report: dict[str, Any]
+    report: RunReport
     images: torch.Tensor  # [N, C, H, W] on the CPU (N = 0 when the attack stopped before images)
     tensors: dict[str, torch.Tensor]  # anything else the attack recovered (features, logits)
     loop: LoopResult
@@ -102,76 +104,75 @@ class ReconstructResult:
 
     @property
     def interrupted(self) -> bool:
-        return self.report["status"] == "interrupted"
+        return self.report.status == "interrupted"
 
     def summary(self, out: Path | str) -> dict[str, Any]:
         """The JSON ``fedaudit reconstruct`` prints (fedaudit/report/types.py ``ReconstructSummary``)."""
         r = self.report
-        out_d = {"out": str(out), "status": r["status"], "attack": r["attack"]["name"], "distance": r["attack"]["distance"],
-                 "labels": r["labels"]["labels"], "iterations_run": r["attack"]["iterations_run"]}
-        m = r.get("metrics", {})
-        if "features" in m:
-            out_d["feature_relative_error"] = m["features"]["relative_error"]
-        if "risk_band" in m:
-            ident = m.get("identification") or {}
-            out_d.update(risk_band=m["risk_band"], summary=m["summary"], paper_best_match=m.get("paper_best_match"),
-                         blank_baseline=m.get("blank_baseline"), psnr_above_blank=m.get("psnr_above_blank"),
-                         risk_band_psnr=m.get("risk_band_psnr"),
-                         identification=Identification(ident.get("rate"), ident.get("identified"), ident.get("of"),
-                                                       ident.get("band")))
-        out_d["barely_moved"] = r["attack"]["movement"]["barely_moved"]
-        verdict = r.get("evidence", {}).get("verdict") or {}
-        if "risk_band" in m:
-            out_d["risk_band_range"] = m.get("risk_band_range")
-        out_d.update(risk_band_estimated=verdict.get("band"), risk_band_estimated_range=verdict.get("range"),
-                     risk_band_estimated_confidence=verdict.get("confidence"),
-                     risk_band_estimated_p_higher=verdict.get("p_higher"), estimate_source=verdict.get("source"))
-        gate = r.get("fail_on_band") or {}
-        out_d.update(band_for_fail_on=gate.get("band"), band_source=gate.get("source_kind"), gate=gate.get("gate"),
-                     gate_line=gate.get("line"))
+        attack, labels, m, gate = r.attack, r.labels, r.metrics, r.fail_on_band
+        assert attack is not None and labels is not None and gate is not None
+        verdict = r.verdict or Verdict(*[None] * 11)  # type: ignore[arg-type]
+        out_d: dict[str, Any] = {
+            "out": str(out), "status": r.status, "attack": attack.name, "distance": attack.distance,
+            "labels": labels.labels, "iterations_run": attack.iterations_run, "barely_moved": attack.movement.barely_moved,
+            "risk_band_estimated": verdict.band, "risk_band_estimated_range": verdict.range,
+            "risk_band_estimated_confidence": verdict.confidence, "risk_band_estimated_p_higher": verdict.p_higher,
+            "estimate_source": verdict.source, "band_for_fail_on": gate.band, "band_source": gate.source_kind,
+            "gate": gate.gate, "gate_line": gate.line}
+        if m is not None and m.features is not None:
+            out_d["feature_relative_error"] = m.features["relative_error"]
+        if m is not None and r.measured:
+            ident = m.identification
+            out_d.update(risk_band=m.risk_band, risk_band_range=m.risk_band_range,
+                         summary=dataclasses.asdict(m.summary) if m.summary else None,
+                         paper_best_match=m.paper_best_match, blank_baseline=m.blank_baseline,
+                         psnr_above_blank=m.psnr_above_blank, risk_band_psnr=m.risk_band_psnr,
+                         identification=Identification(ident.rate, ident.identified, ident.of, ident.band)
+                         if ident else Identification(None, None, None, None))
         return build(ReconstructSummary, out_d)
 
     def notes(self, out: Path | str) -> list[str]:
         """The lines ``fedaudit reconstruct`` logs on stderr."""
         r, lines = self.report, []
-        if r.get("truth_mismatch"):
-            lines.append(f"warning: {r['truth_mismatch']}; the measured band is not this update's")
-        lines += [f"warning: {w}" for w in r["attack"].get("warnings", [])]
-        recovered = r["attack"].get("recovered")
-        if recovered and recovered.get("images_note"):
-            lines.append(recovered["images_note"])
-        m = r.get("metrics", {})
-        if "features" in m:
-            fe = m["features"]["relative_error"]
+        attack, m, verdict = r.attack, r.metrics, r.verdict
+        assert attack is not None and r.labels is not None
+        if r.truth_mismatch:
+            lines.append(f"warning: {r.truth_mismatch}; the measured band is not this update's")
+        lines += [f"warning: {w}" for w in attack.warnings]
+        if attack.recovered and attack.recovered.get("images_note"):
+            lines.append(attack.recovered["images_note"])
+        if m is not None and m.features is not None:
+            fe = m.features["relative_error"]
             lines.append(f"features: relative error mean {fe['mean']:.3g}, max {fe['max']:.3g}")
-        if "risk_band" in m:
-            ident = m.get("identification") or {}
-            found = f", identified {ident['identified']}/{ident['of']}" if ident.get("rate") is not None else ""
-            lines.append(f"PSNR {m['summary']['psnr']['mean']:.2f} dB, SSIM {m['summary']['ssim']['mean']:.3f}{found}, "
-                         f"risk {m['risk_band']} -> {out}/report.html")
+        if m is not None and r.measured:
+            ident = m.identification
+            found = f", identified {ident.identified}/{ident.of}" if ident and ident.rate is not None else ""
+            lines.append(f"PSNR {m.stat('psnr'):.2f} dB, SSIM {m.stat('ssim'):.3f}{found}, risk {m.risk_band} -> "
+                         f"{out}/report.html")
         else:
-            lines.append(f"{r['status']}: gradient distance {r['attack']['distance']:.4g} -> {out}/report.html")
-        line = summary_line((r["labels"].get("evidence") or {}).get("self_check"), reason=False)  # caveats say why
+            lines.append(f"{r.status}: gradient distance {attack.distance:.4g} -> {out}/report.html")
+        line = summary_line(r.labels.self_check(), reason=False)  # caveats say why
         if line:
             lines.append(f"labels {line}")
-        verdict = r.get("evidence", {}).get("verdict") or {}
-        lines += [f"caveat: {c}" for c in verdict.get("caveats", [])]
-        if verdict.get("band"):
-            lo, hi = verdict["range"]
-            lines.append(f"estimated risk (no truth needed): {verdict['band']} [{lo} .. {hi}], confidence "
-                         f"{verdict['confidence']:.2f}, P(higher) {verdict['p_higher']:.2f} ({verdict['source']})")
-            lines += [f"warning: {w}" for w in (r["evidence"].get("proxies") or {}).get("warnings", [])]
-            if (r["evidence"].get("proxies") or {}).get("not_applicable"):
-                lines.append(f"uncalibrated: {r['evidence']['proxies']['not_applicable']}")
-        elif verdict:
-            lines.append(f"estimated risk: none ({verdict.get('why')})")
-        if m.get("band"):
-            lines.append(f"measured: {m['band']['why']}")
-            skipped = skipped_line(m)
+        if verdict is not None:
+            lines += [f"caveat: {c}" for c in verdict.caveats]
+            proxies = r.evidence.proxies if r.evidence else None
+            if verdict.band and verdict.range and verdict.confidence is not None and verdict.p_higher is not None:
+                lo, hi = verdict.range
+                lines.append(f"estimated risk (no truth needed): {verdict.band} [{lo} .. {hi}], confidence "
+                             f"{verdict.confidence:.2f}, P(higher) {verdict.p_higher:.2f} ({verdict.source})")
+                lines += [f"warning: {w}" for w in (proxies.warnings if proxies else [])]
+                if proxies and proxies.not_applicable:
+                    lines.append(f"uncalibrated: {proxies.not_applicable}")
+            else:
+                lines.append(f"estimated risk: none ({verdict.why})")
+        if m is not None and m.band is not None:
+            lines.append(f"measured: {m.band.why}")
+            skipped = m.skipped_line()
             if skipped:
                 lines.append(skipped)
-        if (r.get("fail_on_band") or {}).get("line"):
-            lines.append(r["fail_on_band"]["line"])
+        if r.fail_on_band and r.fail_on_band.line:
+            lines.append(r.fail_on_band.line)
         return lines
 
 
@@ -240,28 +241,23 @@ class ReconstructJob:
         return reasons
 
     # --- the pieces, in the order run() uses them --------------------------------------------------------------
-    def resolve_labels(self, truth: Truth | None = None) -> tuple[list[int], dict[str, Any]]:
+    def resolve_labels(self, truth: Truth | None = None) -> tuple[list[int], LabelReading]:
         """The labels the attack optimises with, and what the report says about them."""
         tm = self.tm
         n = samples_in_update(tm)
-        report: dict[str, Any]
         if self.given_labels is not None:
-            labels, report = [int(v) for v in self.given_labels], {"source": "given"}
+            labels = [int(v) for v in self.given_labels]
+            reading = LabelReading(source="given", labels=labels)
         elif self.labels_file is not None:
             labels = read_labels_file(self.labels_file, n, tm.spec.num_classes)
-            report = {"source": "file", "file": str(self.labels_file), "labels": labels}
+            reading = LabelReading(source="file", labels=labels, file=str(self.labels_file))
         else:
-            out = self.label_reading(truth)
-            labels = out["labels"]
-            report = {"source": "method", **{k: out[k] for k in ("method", "labels", "counts", "diagnostics", "warnings",
-                                                                 "evidence")}}
-            if "metrics" in out:
-                report["metrics"] = out["metrics"]
-        report["labels"] = labels
+            reading = LabelReading.of_method(self.label_reading(truth))
+            labels = reading.labels
         if len(labels) != n:
             raise InputError(f"{self.label_method} recovered {len(labels)} labels for {n} samples (a set-only method); "
                              "choose a count-capable one (e.g. --labels auto)")
-        return labels, report
+        return labels, reading
 
     def label_reading(self, truth: Truth | None) -> dict[str, Any]:
         """The label job's output for this update, from ``label_cache`` when a job on the same update ran it."""
@@ -321,33 +317,52 @@ class ReconstructJob:
         labels, label_report = self.resolve_labels(truth)
         attack = self.build(labels)
         result = self.optimize(attack, labels)
-        report = new_report("reconstruct", inputs or {}, {
+        record = new_report("reconstruct", inputs or {}, {
             "attack": self.attack, "attack_options": self.options,
-            "labels": {"method": self.label_method, "file": "file", "given": "given"}[label_report["source"]],
+            "labels": {"method": self.label_method, "file": "file", "given": "given"}[label_report.source],
             "multi_step": self.multi_step if tm.meta.local_steps > 1 else None, "iterations": s["iterations"],
             "restarts": s["restarts"], "lr": s["lr"], "schedule": s["schedule"], "restart_batch": s["restart-batch"],
             "cuda_graph": s["cuda-graph"], "checkpoint_every": self.checkpoint_every, "lpips_net": self.session.lpips_net},
             seed=self.session.seed, device=str(self.session.device))
-        report["status"] = "interrupted" if result.interrupted else "complete"
-        if mismatch:
-            report["truth_mismatch"] = mismatch
-        report["threat_model"] = {"arch": tm.spec.arch, "kind": tm.meta.kind, "batch_size": tm.batch_size,
-                                  "local_steps": tm.meta.local_steps, "parameters_matched": len(tm.present),
-                                  "parameters_withheld": len(tm.absent), "bn_mode": tm.meta.bn_mode}
-        report["labels"] = label_report
-        report["channels"] = {"bn_statistics": {**bn_statistics.availability(tm), "attack_prior": attack.bn_usage}}
-        report["attack"] = {"name": self.attack, "paper": self.attack_cls.paper, "distance": result.distance,
-                            "best_restart": result.best_restart, "iterations_run": result.iterations_run,
-                            "diverged_restarts": result.diverged_restarts, "interrupted": result.interrupted,
-                            # sizes of the stacked restart batches (fedaudit/attacks/batched_restarts.py); [] = one by one
-                            "restart_batches": result.restart_batches, "restarts_one_by_one": result.restarts_one_by_one,
-                            "cuda_graph": result.cuda_graph,
-                            "resumed_from": result.resumed_from, "recovered_labels": result.labels,
-                            "seconds_per_iteration": result.seconds / max(result.iterations_run, 1),
-                            "movement": {"mean_abs_pixel_change": result.movement, "barely_moved": result.barely_moved,
-                                         "threshold": BARELY_MOVED},
-                            "history": [list(h) for h in result.history]}
-        report["timings"]["attack"] = round(result.seconds, 3)
+        record["timings"]["attack"] = round(result.seconds, 3)
+        report = RunReport.of(record)
+        report.status = "interrupted" if result.interrupted else "complete"
+        report.truth_mismatch = mismatch
+        report.threat_model = {"arch": tm.spec.arch, "kind": tm.meta.kind, "batch_size": tm.batch_size,
+                               "local_steps": tm.meta.local_steps, "parameters_matched": len(tm.present),
+                               "parameters_withheld": len(tm.absent), "bn_mode": tm.meta.bn_mode}
+        report.labels = label_report
+        report.channels = {"bn_statistics": {**bn_statistics.availability(tm), "attack_prior": attack.bn_usage}}
+        report.attack = self.attack_run(result)
+        tensors = result.extras.get("tensors", {})
+        images = result.images.cpu()
+        report.evidence, proxies = self.evidence(attack, result, report)
+        if report.evidence.proxies and report.evidence.proxies.interrupted:
+            report.status = "interrupted"  # Ctrl-C while the proxies ran: the run is kept, the exit says so
+        verdict = report.evidence.verdict
+        report.risk_band_estimated = verdict.band
+        report.risk_band_estimated_range = verdict.range
+        report.risk_band_estimated_confidence = verdict.confidence
+        if truth is not None:
+            metrics: dict[str, Any] = {}
+            if images.shape[0]:
+                start = initial_images(attack, self.session.seed, result.best_restart)
+                metrics = evaluate_images(images, truth.images, self.session.lpips_net, self.session.lpips_weights,
+                                          attacked_arch=tm.spec.arch, init=None if start is None else start.cpu(),
+                                          seed=self.session.seed)
+            if "features" in tensors:
+                true_f = output_layer_io(tm.model, tm.spec, tm.output_layer, truth.images, tm.train_bn,
+                                         chunk=max(len(truth.images), 1))[0]
+                metrics["features"] = feature_recovery(
+                    tensors["features"], true_f, result.labels, truth.labels.tolist() if truth.labels is not None else None)
+            report.metrics = parse(Measured, metrics) if metrics else None
+        report.fail_on_band = fail_on_band(report.metrics, verdict, self.gate)
+        return ReconstructResult(report, images, tensors, result, proxies)
+
+    def attack_run(self, result: LoopResult) -> AttackRun:
+        """The report's record of the attack as it ran, with its warnings (a run that barely moved, a capped or a
+        short budget) and what an exact path recovered."""
+        s = self.settings
         warnings = []
         if result.barely_moved:
             warnings.append(
@@ -359,73 +374,62 @@ class ReconstructJob:
         if s["iterations"] < SHORT_BUDGET * default:
             warnings.append(f"{s['iterations']} iterations is under {SHORT_BUDGET:.0%} of {self.attack}'s default "
                             f"({default}): a low band from so short a run shows little about leakage")
-        if warnings:
-            report["attack"]["warnings"] = warnings
         extra = result.extras.get("report")
-        if extra is not None:
-            report["attack"][result.extras.get("section", "details")] = extra
-        tensors = result.extras.get("tensors", {})
-        images = result.images.cpu()
-        report["evidence"], proxies = self.evidence(attack, result, report)
-        if (report["evidence"].get("proxies") or {}).get("interrupted"):
-            report["status"] = "interrupted"  # Ctrl-C while the proxies ran: the run is kept, the exit says so
-        verdict = report["evidence"]["verdict"]
-        report["risk_band_estimated"] = verdict["band"]
-        report["risk_band_estimated_range"] = verdict.get("range")
-        report["risk_band_estimated_confidence"] = verdict["confidence"]
-        if truth is not None:
-            if images.shape[0]:
-                start = initial_images(attack, self.session.seed, result.best_restart)
-                report["metrics"] = evaluate_images(images, truth.images, self.session.lpips_net,
-                                                    self.session.lpips_weights, attacked_arch=tm.spec.arch,
-                                                    init=None if start is None else start.cpu(), seed=self.session.seed)
-            if "features" in tensors:
-                true_f = output_layer_io(tm.model, tm.spec, tm.output_layer, truth.images, tm.train_bn,
-                                         chunk=max(len(truth.images), 1))[0]
-                report.setdefault("metrics", {})["features"] = feature_recovery(
-                    tensors["features"], true_f, result.labels, truth.labels.tolist() if truth.labels is not None else None)
-        report["fail_on_band"] = fail_on_band(report, self.gate)
-        return ReconstructResult(report, images, tensors, result, proxies)
+        section = {result.extras.get("section", "details"): extra} if extra is not None else {}
+        return parse(AttackRun, {
+            "name": self.attack, "paper": self.attack_cls.paper, "distance": result.distance,
+            "best_restart": result.best_restart, "iterations_run": result.iterations_run,
+            "diverged_restarts": result.diverged_restarts, "interrupted": result.interrupted,
+            # sizes of the stacked restart batches (fedaudit/attacks/batched_restarts.py); [] = one by one
+            "restart_batches": result.restart_batches, "restarts_one_by_one": result.restarts_one_by_one,
+            "cuda_graph": result.cuda_graph, "resumed_from": result.resumed_from, "recovered_labels": result.labels,
+            "seconds_per_iteration": result.seconds / max(result.iterations_run, 1),
+            "movement": {"mean_abs_pixel_change": result.movement, "barely_moved": result.barely_moved,
+                         "threshold": BARELY_MOVED},
+            "history": [list(h) for h in result.history], "warnings": warnings, **section})
 
     def evidence(self, attack: OptimizationAttack, result: LoopResult,
-                 report: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+                 report: RunReport) -> tuple[Evidence, list[dict[str, Any]]]:
         """The truth-free evidence and the estimated band (fedaudit/verdict/; docs/methods/verdict.md), calibrated on
         ``proxies`` proxy batches when asked (fedaudit/jobs/proxies.py); also the proxies' records with images."""
         images = result.images.cpu()
-        out: dict[str, Any] = {"labels": report["labels"].get("evidence"),
-                               "channels": channel_evidence(self.tm, report["attack"])}
+        assert report.labels is not None and report.attack is not None
+        out: dict[str, Any] = {"labels": report.labels.evidence,
+                               "channels": channel_evidence(self.tm, report.attack.recovered)}
         if images.shape[0]:
             out["reconstruction"] = reconstruction_evidence(
                 attack.engine, images, result.labels, result.restart_images, result.best_restart, self.session.seed,
                 self.session.lpips_net, self.session.lpips_weights)
         rule = estimate(out)
         out["verdict"] = rule
+        records: list[dict[str, Any]] = []
         if rule.get("score_db") is None:  # no images, or an exact channel: nothing for proxies to calibrate
-            return out, []
-        if not self.proxies:
+            pass
+        elif not self.proxies:
             out["proxies"] = {"requested": 0, "not_applicable": "no proxies: --proxies 0"}
-            return out, []
-        if result.interrupted:  # Ctrl-C: write the best result so far now, not after P more runs
+        elif result.interrupted:  # Ctrl-C: write the best result so far now, not after P more runs
             out["proxies"] = {"requested": self.proxies, "not_applicable": "no proxies: the run was interrupted"}
-            return out, []
-        run = run_proxies(self, result.labels, self.proxies)
-        records = run.pop("proxies")
-        out["proxies"] = {**run, "measured": [{k: v for k, v in p.items() if k not in ("images", "truth", "pairs")}
-                                              for p in records]}
-        if records:
-            out["verdict"] = calibrated(rule, records)
-        return out, records
+        else:
+            run = run_proxies(self, result.labels, self.proxies)
+            records = run.pop("proxies")
+            out["proxies"] = {**run, "measured": [{k: v for k, v in p.items() if k not in ("images", "truth", "pairs")}
+                                                  for p in records]}
+            if records:
+                out["verdict"] = calibrated(rule, records)
+        return parse(Evidence, out), records
 
     def write(self, out: OutputDir, result: ReconstructResult, truth: Truth | None = None, prefix: str = "") -> None:
         """reconstruction.safetensors (images, labels, what else was recovered), the proxies' grids and the report
         files."""
         proxy_pngs = [comparison_grid(p["images"], p["truth"], p["pairs"]) for p in result.proxies]
-        if proxy_pngs:
-            result.report["evidence"]["proxies"]["grids"] = [
+        evidence, attack = result.report.evidence, result.report.attack
+        assert attack is not None
+        if proxy_pngs and evidence is not None and evidence.proxies is not None:
+            evidence.proxies.grids = [
                 out.write_bytes(f"{prefix}proxies/{p['index']}.png", png) for p, png in zip(result.proxies, proxy_pngs)]
         if not prefix:
             out.write_bytes("reconstruction.safetensors", safetensors_bytes(
-                {"images": result.images, "labels": torch.tensor(result.report["attack"]["recovered_labels"]),
+                {"images": result.images, "labels": torch.tensor(attack.recovered_labels),
                  **result.tensors}, {"fedaudit.file": "reconstruction", "fedaudit.attack": self.attack}))
         write_report(out, result.report, result.images, truth.images if truth is not None else None, prefix=prefix,
                      proxy_pngs=proxy_pngs)

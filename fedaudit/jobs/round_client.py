@@ -22,6 +22,7 @@ from fedaudit.jobs.labels import LabelJob, label_check_fields
 from fedaudit.jobs.reconstruct import ReconstructJob
 from fedaudit.metrics.risk import worst_band
 from fedaudit.report.outdir import OutputDir
+from fedaudit.report.run_report import LabelReading
 from fedaudit.session import AuxSource, Session
 
 RESULT = "result.json"
@@ -56,7 +57,8 @@ def audit_client(task: dict[str, Any]) -> dict[str, Any]:
         # each attack recovers its labels itself, as `reconstruct` does, so that its report carries the label
         # evidence its estimated band uses; with no attack, the label job alone
         checks = int(plan.get("self_check") or 0)
-        label_out = None if plan["attacks"] else LabelJob(session, tm, plan["labels"], self_check=checks).run()
+        reading = None if plan["attacks"] else LabelReading.of_method(
+            LabelJob(session, tm, plan["labels"], self_check=checks).run())
         attacks = []
         label_cache: dict[str, Any] = {}
         for attack in plan["attacks"]:  # the attacks share one label reading (and its self-check)
@@ -67,20 +69,20 @@ def audit_client(task: dict[str, Any]) -> dict[str, Any]:
             folder = OutputDir(out / attack, force=True)
             with folder:
                 result = job.run_to(folder, None, {"checkpoint": task["checkpoint"], "update": task["update"]})
-            label_out = label_out or result.report["labels"]
-            gate = result.report["fail_on_band"]  # the estimated range's end that --gate picks
-            verdict = result.report["evidence"]["verdict"]
-            attacks.append({"attack": attack, "band": gate["band"], "band_source": gate["source_kind"],
-                            "band_point": gate.get("point"), "band_range": gate.get("range"),
-                            "confidence": verdict.get("confidence"),
-                            "p_higher": verdict.get("p_higher"), "distance": result.report["attack"]["distance"],
+            report = result.report
+            reading = reading or report.labels
+            gate, verdict = report.fail_on_band, report.verdict  # the estimated range's end that --gate picks
+            assert gate is not None and verdict is not None and report.attack is not None
+            attacks.append({"attack": attack, "band": gate.band, "band_source": gate.source_kind,
+                            "band_point": gate.point, "band_range": gate.range, "confidence": verdict.confidence,
+                            "p_higher": verdict.p_higher, "distance": report.attack.distance,
                             "grid": f"{attack}/grid.png" if result.images.shape[0] else None,
                             "report": f"{attack}/report.html"})
-        assert label_out is not None
-        evidence = label_out.get("evidence") or {}
-        row.update(labels=label_out["labels"], label_method=label_out["diagnostics"].get("chosen", plan["labels"]),
+        assert reading is not None
+        evidence = reading.evidence or {}
+        row.update(labels=reading.labels, label_method=reading.chosen() or plan["labels"],
                    label_evidence={k: evidence.get(k) for k in ("agreement", "determined")},
-                   **label_check_fields(label_out),
+                   **label_check_fields(reading.self_check()),
                    attacks=attacks, band=worst_band(a["band"] for a in attacks), status="ok", exit=0)
     except FedauditError as exc:
         row.update(status="error", error=str(exc), exit=exc.exit_code if exc.exit_code in (EXIT_INPUT, EXIT_RUNTIME) else EXIT_RUNTIME)

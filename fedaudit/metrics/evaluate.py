@@ -98,13 +98,3 @@ def evaluate_images(recon: torch.Tensor, truth: torch.Tensor, lpips_net: str = "
             "identification": IDENT_METHOD,
         },
     }
-
-
-def skipped_line(metrics: dict[str, Any]) -> str | None:
-    """One line for stderr when LPIPS, and with it identification, could not be computed: the band is then PSNR's
-    alone, which a reviewer must know (report.json alone said so before)."""
-    ident = metrics.get("identification") or {}
-    if ident.get("rate") is not None:
-        return None
-    return (f"warning: LPIPS and identification were skipped ({ident.get('reason') or 'no LPIPS weights'}): the band "
-            "is PSNR-only; pass --lpips-weights or install the LPIPS backbone weights (docs/metrics.md)")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 BANDS = ("low", "medium", "high", "very_high")  # in increasing order of risk
 THRESHOLDS = {"medium": 10.0, "high": 15.0, "very_high": 20.0}
@@ -31,7 +31,7 @@ def at_or_above(band: str, threshold: str) -> bool:
 GATES = ("upper", "point", "lower")  # which end of a band range --fail-on tests; upper first: the default
 
 
-def gated(point: str, band_range: list[str] | None, gate: str) -> str:
+def gated(point: str, band_range: Sequence[str] | None, gate: str) -> str:
     """The band ``--gate`` picks from a point and its [lower, upper] range (the point when there is no range)."""
     if gate not in GATES:
         raise ValueError(f"gate must be one of {', '.join(GATES)}, got {gate!r}")

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
+from collections.abc import Sequence
 from html import escape
 from typing import Any
 
 from fedaudit.report.label_lines import summary_line
+from fedaudit.report.run_report import LabelReading, Measured, Proxies, RunReport, Verdict
 from fedaudit.report.tables import table
 
 _CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px;color:#222}
@@ -30,25 +33,25 @@ def _num(v: Any) -> str:
     return "n/a" if v is None else (f"{v:.4g}" if isinstance(v, float) else escape(str(v)))
 
 
-def _estimated(verdict: dict[str, Any], measured: str | None) -> str:
+def _estimated(verdict: Verdict, measured: str | None) -> str:
     """The truth-free band, beside the measured one when the truth was given (docs/methods/verdict.md)."""
     e = escape
-    if not verdict.get("band"):
-        return f"<h2>Estimated leakage risk: none</h2><p>{e(str(verdict.get('why')))}</p>"
-    band = verdict["band"]
+    if not verdict.band:
+        return f"<h2>Estimated leakage risk: none</h2><p>{e(str(verdict.why))}</p>"
+    band = verdict.band
     side = (f" &middot; measured against the truth: <span class='band {e(measured)}'>{e(_band(measured))}</span>"
             f" (<code>--fail-on</code> uses the measured range)" if measured else
             " (no truth given: <code>--fail-on</code> uses this estimated range)")
     return (f"<h2>Estimated leakage risk (no truth needed): <span class='band {e(band)}'>{e(_band(band))}</span>, range"
-            f"{_range(verdict.get('range'))}{side}</h2>"
-            f"<p>Confidence {_num(verdict.get('confidence'))} that the true band is this one; probability it is higher "
-            f"{_num(verdict.get('p_higher'))}. Source: {e(str(verdict.get('source')))}"
-            + (f"; rule score {_num(verdict.get('score_db'))} dB" if verdict.get("score_db") is not None else "")
-            + (f": {e(str(verdict['why']))}" if verdict.get("why") else "") + ".</p>"
-            + "".join(f"<p class='band medium'>caveat: {e(c)}</p>" for c in verdict.get("caveats", [])))
+            f"{_range(verdict.range)}{side}</h2>"
+            f"<p>Confidence {_num(verdict.confidence)} that the true band is this one; probability it is higher "
+            f"{_num(verdict.p_higher)}. Source: {e(str(verdict.source))}"
+            + (f"; rule score {_num(verdict.score_db)} dB" if verdict.score_db is not None else "")
+            + (f": {e(str(verdict.why))}" if verdict.why else "") + ".</p>"
+            + "".join(f"<p class='band medium'>caveat: {e(c)}</p>" for c in verdict.caveats))
 
 
-def _range(band_range: list[str] | None) -> str:
+def _range(band_range: Sequence[str] | None) -> str:
     if not band_range:
         return ""
     lo, hi = band_range
@@ -56,34 +59,33 @@ def _range(band_range: list[str] | None) -> str:
             f"<span class='band {escape(hi)}'>{escape(_band(hi))}</span>")
 
 
-def _headline(report: dict[str, Any]) -> str:
+def _headline(report: RunReport) -> str:
     """The one verdict a reviewer reads first: the band, its range, where it comes from and how to read it."""
     e = escape
-    gate = report.get("fail_on_band") or {}
-    if not gate.get("point"):
+    gate = report.fail_on_band
+    if gate is None or not gate.point:
         return ""
-    kind = gate.get("source_kind")
-    source = ("measured against the truth" if kind == "measured" else
-              f"estimated without the truth ({(report.get('evidence') or {}).get('verdict', {}).get('source')})")
-    return (f"<h2>Leakage risk: <span class='band {e(gate['point'])}'>{e(_band(gate['point']))}</span>, range"
-            f"{_range(gate.get('range'))} &middot; {e(source)}</h2>"
+    source = ("measured against the truth" if gate.source_kind == "measured" else
+              f"estimated without the truth ({report.verdict.source if report.verdict else None})")
+    return (f"<h2>Leakage risk: <span class='band {e(gate.point)}'>{e(_band(gate.point))}</span>, range"
+            f"{_range(gate.range)} &middot; {e(source)}</h2>"
             "<p>How to read it: the first band is what the evidence supports; the range is how sure that is (the "
             "lower end is established, the upper end is what cannot be ruled out). A narrow range is a firm verdict, a "
-            f"wide one says measure more (more images, proxies or restarts). {e(gate.get('line') or '')}.</p>")
+            f"wide one says measure more (more images, proxies or restarts). {e(gate.line or '')}.</p>")
 
 
-def _proxies(proxies: dict[str, Any], pngs: list[bytes]) -> str:
+def _proxies(proxies: Proxies | None, pngs: list[bytes]) -> str:
     """The proxy batches the estimate was calibrated on: what each measured, and its truth-above-result grid."""
     e = escape
-    rows = proxies.get("measured") or []
-    if not rows and not proxies.get("not_applicable"):
+    if proxies is None or (not proxies.measured and not proxies.not_applicable):
         return ""
+    rows = proxies.measured
     parts = ["<h2>Proxy batches</h2>"]
-    if proxies.get("not_applicable"):
-        parts.append(f"<p>Uncalibrated: {e(str(proxies['not_applicable']))}; the estimate is the frozen rule's.</p>")
+    if proxies.not_applicable:
+        parts.append(f"<p>Uncalibrated: {e(str(proxies.not_applicable))}; the estimate is the frozen rule's.</p>")
     if rows:
-        recipe = proxies.get("recipe") or {}
-        parts.append(f"<p>The same attack on {len(rows)} batches of public images ({e(str(proxies.get('source')))}), "
+        recipe = proxies.recipe or {}
+        parts.append(f"<p>The same attack on {len(rows)} batches of public images ({e(str(proxies.source))}), "
                      f"captured through the same checkpoint with this update's recipe ({e(str(recipe.get('kind')))}, "
                      f"B = {e(str(recipe.get('batch_size')))}, K = {e(str(recipe.get('local_steps')))}, defenses: "
                      f"{e(', '.join(recipe.get('defenses') or []) or 'none')}) and measured against their own images."
@@ -97,7 +99,7 @@ def _proxies(proxies: dict[str, Any], pngs: list[bytes]) -> str:
                          f"<td>{_num(row.get('above_floor'))}</td><td>{_num(row.get('identified'))} of "
                          f"{_num(row.get('of'))}</td><td>{_num(row.get('score_db'))}</td><td class='l'>{img}</td></tr>")
         parts.append("</table>")
-    parts += [f"<p class='band medium'>warning: {e(w)}</p>" for w in proxies.get("warnings", [])]
+    parts += [f"<p class='band medium'>warning: {e(w)}</p>" for w in proxies.warnings]
     return "".join(parts)
 
 
@@ -105,119 +107,128 @@ def _yes_no(v: Any) -> str:
     return "n/a" if v is None else ("yes" if v else "no")
 
 
-def _labels_summary(labels: dict[str, Any]) -> str:
+def _labels_summary(labels: LabelReading) -> str:
     """Where the attack's labels came from, the self-check's finding and the label warnings, before the raw JSON."""
     e = escape
-    method = labels.get("method") or labels.get("source")
-    chosen = (labels.get("diagnostics") or {}).get("chosen")
+    method = labels.method or labels.source
+    chosen = (labels.diagnostics or {}).get("chosen")
     parts = [f"<p>From {e(str(method))}" + (f" (chose {e(str(chosen))})" if chosen else "") + "."]
-    metrics = labels.get("metrics") or {}
+    metrics = labels.metrics or {}
     if "InsAcc" in metrics:
         parts.append(f" Against the truth: InsAcc {_num(metrics['InsAcc'])}, an even guess "
                      f"{_num((metrics.get('floor') or {}).get('InsAcc'))}.")
     parts.append("</p>")
-    line = summary_line((labels.get("evidence") or {}).get("self_check"), reason=False)
+    line = summary_line(labels.self_check(), reason=False)
     if line:
         parts.append(f"<p>{e(line)}</p>")
-    parts += [f"<p class='band medium'>warning: {e(w)}</p>" for w in labels.get("warnings", [])]
+    parts += [f"<p class='band medium'>warning: {e(w)}</p>" for w in labels.warnings]
     return "".join(parts)
 
 
-def render_html(report: dict[str, Any], grid_png: bytes | None, image_pngs: list[bytes],
+def _measured(m: Measured) -> list[str]:
+    """The measured band, the metrics' table, identification, the blank floor and FedLeak's best-match figures."""
+    e = escape
+    band = m.risk_band or ""
+    conventions = m.conventions or {}
+    parts = [f"<h2>Measured leakage risk: <span class='band {e(band)}'>{e(_band(band))}</span>, range"
+             f"{_range(m.risk_band_range)}</h2><p>{e(str(m.band.why if m.band else ''))}.</p>"
+             f"<p>{e(conventions.get('risk_bands', ''))}; worst single image: "
+             f"{e(_band(m.worst_image_risk_band or ''))}</p>",
+             "<table><tr><th class='l'>metric</th><th>mean</th><th>std</th><th>min</th><th>max</th></tr>"]
+    for name, st in (m.summary.items() if m.summary else []):
+        if st is None:
+            reason = (conventions.get("lpips") or {}).get("unavailable_reason") if name == "lpips" else ""
+            parts.append(f"<tr><td class='l'>{e(name)}</td><td colspan=4 class='l'>null: {e(str(reason))}</td></tr>")
+        else:
+            parts.append(f"<tr><td class='l'>{e(name)}</td>"
+                         + "".join(f"<td>{_num(v)}</td>" for v in (st.mean, st.std, st.min, st.max)) + "</tr>")
+    parts.append("</table>")
+    ident = m.identification
+    if ident is not None and ident.rate is not None:
+        parts.append(f"<p>Identification: {ident.identified} of {ident.of} reconstructions are nearest (LPIPS-"
+                     f"{e(str(ident.net))}) to their own original among {ident.candidates} candidates (chance "
+                     f"{ident.chance:.3f}): band {e(_band(ident.band or ''))}; PSNR band "
+                     f"{e(_band(m.risk_band_psnr or ''))}.</p>")
+    elif ident is not None:
+        parts.append(f"<p>Identification: not computed ({e(str(ident.reason))}).</p>")
+    blank = m.blank_baseline
+    if blank and m.psnr_above_blank is not None:
+        above = m.psnr_above_blank
+        parts.append(f"<p>Blank-image floor: an all-{e(blank['floor']['image'])} image scores PSNR "
+                     f"{_num(blank['floor']['psnr'])}, SSIM {_num(blank['floor']['ssim'])} against these images; "
+                     f"against each image's own floor (the better of black and mid-gray on it) the "
+                     f"reconstructions are {'above' if above > 0 else 'not above'} it ({above:+.2f} dB on average).</p>")
+    best = m.paper_best_match
+    if best and best.get("psnr"):
+        parts.append(f"<p>For comparison with FedLeak's tables ({e(conventions.get('paper_best_match', ''))}): "
+                     f"PSNR {_num(best['psnr']['mean'])}, SSIM {_num(best['ssim']['mean'])}, "
+                     f"{best['distinct_reconstructions']} distinct reconstructions used.</p>")
+    return parts
+
+
+def _per_image(m: Measured, image_pngs: list[bytes]) -> str:
+    e = escape
+    parts = ["<h2>Per image</h2><table><tr><th>truth</th><th>recon</th><th>image</th><th>PSNR</th>"
+             "<th>vs blank</th><th>SSIM</th><th>LPIPS</th><th>identified</th><th>firm</th><th>possible</th>"
+             "<th>rank</th><th>LPIPS margin</th><th class='l'>band</th></tr>"]
+    for row in m.per_image or []:
+        r = row["recon_index"]
+        img = f"<img class='px' width=64 src='{_uri(image_pngs[r])}'>" if r < len(image_pngs) else ""
+        parts.append(f"<tr><td>{row['truth_index']}</td><td>{r}</td><td>{img}</td><td>{_num(row['psnr'])}</td>"
+                     f"<td>{_num(row.get('above_floor'))}</td><td>{_num(row['ssim'])}</td><td>{_num(row['lpips'])}</td>"
+                     f"<td>{_yes_no(row.get('identified'))}</td><td>{_yes_no(row.get('firm'))}</td>"
+                     f"<td>{_yes_no(row.get('possible'))}</td><td>{_num(row.get('identification_rank'))}</td>"
+                     f"<td>{_num(row.get('identification_margin'))}</td>"
+                     f"<td class='l'>{e(_band(row['risk_band']))}</td></tr>")
+    return "".join(parts) + "</table>"
+
+
+def render_html(report: RunReport, grid_png: bytes | None, image_pngs: list[bytes],
                 proxy_pngs: list[bytes] | None = None) -> str:
     e = escape
-    title = f"fedaudit {report.get('command', '')} report"
+    title = f"fedaudit {report.command} report"
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{e(title)}</title><style>{_CSS}</style>"
              f"</head><body><h1>{e(title)}</h1>"]
-    parts.append(f"<p>status: <b>{e(str(report.get('status')))}</b> &middot; created {e(str(report.get('created_at')))}"
-                 f" &middot; fedaudit {e(str(report.get('tool', {}).get('version')))}</p>")
+    parts.append(f"<p>status: <b>{e(str(report.status))}</b> &middot; created {e(str(report.created_at))}"
+                 f" &middot; fedaudit {e(str(report.tool.get('version')))}</p>")
     parts.append(_headline(report))
-    metrics = report.get("metrics") or {}
-    image_metrics = "per_image" in metrics
-    attack = report.get("attack") if isinstance(report.get("attack"), dict) else {}
-    for warning in (attack or {}).get("warnings", []):
+    m, attack = report.metrics, report.attack
+    image_metrics = m is not None and m.per_image is not None
+    for warning in attack.warnings if attack else []:
         parts.append(f"<p class='band medium'>warning: {e(warning)}</p>")
-    verdict = (report.get("evidence") or {}).get("verdict") or {}
-    if verdict:
-        parts.append(_estimated(verdict, metrics.get("risk_band") if image_metrics else None))
-    if image_metrics:
-        band = metrics.get("risk_band", "")
-        measured = metrics.get("band") or {}
-        parts.append(f"<h2>Measured leakage risk: <span class='band {e(band)}'>{e(_band(band))}</span>, range"
-                     f"{_range(metrics.get('risk_band_range'))}</h2><p>{e(str(measured.get('why', '')))}.</p>"
-                     f"<p>{e(metrics['conventions']['risk_bands'])}; worst single image: "
-                     f"{e(_band(metrics.get('worst_image_risk_band', '')))}</p>")
-        parts.append("<table><tr><th class='l'>metric</th><th>mean</th><th>std</th><th>min</th><th>max</th></tr>")
-        for name, st in metrics["summary"].items():
-            if st is None:
-                reason = metrics["conventions"]["lpips"].get("unavailable_reason") if name == "lpips" else ""
-                parts.append(f"<tr><td class='l'>{e(name)}</td><td colspan=4 class='l'>null: {e(str(reason))}</td></tr>")
-            else:
-                parts.append(f"<tr><td class='l'>{e(name)}</td>" + "".join(f"<td>{_num(st[k])}</td>" for k in ("mean", "std", "min", "max")) + "</tr>")
-        parts.append("</table>")
-        ident = metrics.get("identification") or {}
-        if ident.get("rate") is not None:
-            parts.append(f"<p>Identification: {ident['identified']} of {ident['of']} reconstructions are nearest (LPIPS-"
-                         f"{e(ident['net'])}) to their own original among {ident['candidates']} candidates (chance "
-                         f"{ident['chance']:.3f}): band {e(_band(ident['band']))}; PSNR band "
-                         f"{e(_band(metrics.get('risk_band_psnr', '')))}.</p>")
-        elif ident:
-            parts.append(f"<p>Identification: not computed ({e(str(ident.get('reason')))}).</p>")
-        blank = metrics.get("blank_baseline")
-        if blank:
-            above = metrics["psnr_above_blank"]
-            verdict = "above" if above > 0 else "not above"
-            parts.append(f"<p>Blank-image floor: an all-{e(blank['floor']['image'])} image scores PSNR "
-                         f"{_num(blank['floor']['psnr'])}, SSIM {_num(blank['floor']['ssim'])} against these images; "
-                         f"against each image's own floor (the better of black and mid-gray on it) the "
-                         f"reconstructions are {verdict} it ({above:+.2f} dB on average).</p>")
-        best = metrics.get("paper_best_match")
-        if best and best.get("psnr"):
-            parts.append(f"<p>For comparison with FedLeak's tables ({e(metrics['conventions'].get('paper_best_match', ''))}): "
-                         f"PSNR {_num(best['psnr']['mean'])}, SSIM {_num(best['ssim']['mean'])}, "
-                         f"{best['distinct_reconstructions']} distinct reconstructions used.</p>")
+    if report.verdict is not None:
+        parts.append(_estimated(report.verdict, m.risk_band if m is not None and image_metrics else None))
+    if m is not None and image_metrics:
+        parts += _measured(m)
     if grid_png:
         parts.append(f"<h2>Images</h2><p>{'Top: ground truth; below: matched reconstruction.' if image_metrics else 'Reconstructions.'}</p>"
                      f"<img class='px' alt='grid' src='{_uri(grid_png)}'>")
-    recovered = (report.get("attack") or {}).get("recovered") if isinstance(report.get("attack"), dict) else None
+    recovered = attack.recovered if attack else None
     if recovered:
         if recovered.get("images_note"):
             parts.append(f"<p><b>{e(recovered['images_note'])}</b></p>")
         parts.append("<h2>Recovered beyond images</h2><p>Per-sample logits, confidences and output-layer inputs are "
                      "leakage in themselves (features in reconstruction.safetensors).</p>"
                      + table({k: v for k, v in recovered.items() if k != 'logits'}))
-    details = (report.get("attack") or {}).get("details") if isinstance(report.get("attack"), dict) else None
-    if details:
-        parts.append("<h2>Attack details</h2>" + table(details))
-    if "features" in metrics:
-        features = {k: v for k, v in metrics["features"].items() if k != "pairs"}
+    if attack and attack.details:
+        parts.append("<h2>Attack details</h2>" + table(attack.details))
+    if m is not None and m.features is not None:
+        features = {k: v for k, v in m.features.items() if k != "pairs"}
         parts.append("<h2>Feature recovery (vs truth)</h2>" + table(features))
-    if image_metrics:
-        parts.append("<h2>Per image</h2><table><tr><th>truth</th><th>recon</th><th>image</th><th>PSNR</th>"
-                     "<th>vs blank</th><th>SSIM</th><th>LPIPS</th><th>identified</th><th>firm</th><th>possible</th>"
-                     "<th>rank</th><th>LPIPS margin</th><th class='l'>band</th></tr>")
-        for row in metrics["per_image"]:
-            r = row["recon_index"]
-            img = f"<img class='px' width=64 src='{_uri(image_pngs[r])}'>" if r < len(image_pngs) else ""
-            parts.append(f"<tr><td>{row['truth_index']}</td><td>{r}</td><td>{img}</td><td>{_num(row['psnr'])}</td>"
-                         f"<td>{_num(row.get('above_floor'))}</td><td>{_num(row['ssim'])}</td><td>{_num(row['lpips'])}</td>"
-                         f"<td>{_yes_no(row.get('identified'))}</td><td>{_yes_no(row.get('firm'))}</td>"
-                         f"<td>{_yes_no(row.get('possible'))}</td><td>{_num(row.get('identification_rank'))}</td>"
-                         f"<td>{_num(row.get('identification_margin'))}</td>"
-                         f"<td class='l'>{e(_band(row['risk_band']))}</td></tr>")
-        parts.append("</table>")
-    if report.get("evidence"):
-        parts.append(_proxies(report["evidence"].get("proxies") or {}, proxy_pngs or []))
-        shown = {k: v for k, v in report["evidence"].items() if k not in ("verdict", "proxies")}
+    if m is not None and image_metrics:
+        parts.append(_per_image(m, image_pngs))
+    if report.evidence is not None:
+        parts.append(_proxies(report.evidence.proxies, proxy_pngs or []))
+        shown = {k: v for k, v in dataclasses.asdict(report.evidence).items() if k not in ("verdict", "proxies")}
         parts.append("<h2>Truth-free evidence</h2>" + table(shown))
-    if report.get("labels"):
-        parts.append("<h2>Labels</h2>" + _labels_summary(report["labels"])
-                     + table(report["labels"]))
+    if report.labels is not None:
+        parts.append("<h2>Labels</h2>" + _labels_summary(report.labels) + table(dataclasses.asdict(report.labels)))
     parts.append("<h2>Inputs</h2><table><tr><th class='l'>role</th><th class='l'>path</th><th class='l'>sha256</th></tr>")
-    for role, inp in report.get("inputs", {}).items():
+    for role, inp in report.inputs.items():
         parts.append(f"<tr><td class='l'>{e(role)}</td><td class='l'>{e(str(inp['path']))}</td><td class='h'>{e(str(inp['sha256']))}</td></tr>")
     parts.append("</table>")
-    settings = {k: report.get(k) for k in ("options", "seed", "environment", "timings")}
+    settings = {"options": report.options, "seed": report.seed, "environment": report.environment,
+                "timings": report.timings}
     parts.append("<h2>Options, environment, timings</h2>" + table(settings))
     parts.append("</body></html>\n")
     return "".join(parts)

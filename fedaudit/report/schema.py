@@ -1,6 +1,7 @@
-"""JSON Schemas of the stdout documents, generated from their types (fedaudit/report/types.py).
+"""JSON Schemas of the stdout documents (fedaudit/report/types.py) and of report.json (fedaudit/report/run_report.py),
+generated from their types.
 
-    .venv/bin/python -m fedaudit.report.schema            # writes docs/schema/<command>.json
+    .venv/bin/python -m fedaudit.report.schema            # writes docs/schema/<command>.json and report.json
     .venv/bin/python -m fedaudit.report.schema --check    # exit 1 when a published file is stale
 
 Generation uses pydantic (a development dependency: the ``dev`` extra), never at run time. Every field of a
@@ -16,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from fedaudit.report.run_report import REPORT_SCHEMA_VERSION, RunReport
 from fedaudit.report.types import DOCUMENTS, STDOUT_SCHEMA_VERSION, Document
 
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "docs" / "schema"
@@ -39,16 +41,38 @@ def schema_of(kind: type[Document]) -> dict[str, Any]:
         "schema_version": {"type": "string", "const": STDOUT_SCHEMA_VERSION},
         "command": {"type": "string", "const": command},
         **schema["properties"],
-        "non_finite": {"type": "array", "items": {"type": "string"},
-                       "description": "JSON paths of numbers that could not be computed (written as null)"},
+        "non_finite": NON_FINITE,
     }
     schema["required"] = ["schema_version", "command", *schema["required"]]
     return {"$schema": "https://json-schema.org/draft/2020-12/schema",
             "$id": f"https://fedaudit.invalid/schema/{command}.json", **schema}
 
 
+NON_FINITE = {"type": "array", "items": {"type": "string"},
+              "description": "JSON paths of numbers that could not be computed (written as null)"}
+
+
+def report_schema() -> dict[str, Any]:
+    """report.json's schema (``reconstruct`` and ``score`` write it into their output folder)."""
+    from pydantic import TypeAdapter
+
+    schema = TypeAdapter(RunReport).json_schema(mode="serialization")
+    _close(schema)
+    schema["properties"]["schema_version"] = {"type": "string", "const": REPORT_SCHEMA_VERSION}
+    schema["properties"]["non_finite"] = NON_FINITE
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": "https://fedaudit.invalid/schema/report.json",
+            **schema}
+
+
 def render(kind: type[Document]) -> str:
     return json.dumps(schema_of(kind), indent=2, sort_keys=False) + "\n"
+
+
+def files() -> dict[str, str]:
+    """Every published schema: file name -> text."""
+    out = {f"{command}.json": render(kind) for command, kind in DOCUMENTS.items()}
+    out["report.json"] = json.dumps(report_schema(), indent=2, sort_keys=False) + "\n"
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,9 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=SCHEMA_DIR)
     args = ap.parse_args(argv)
     stale = []
-    for command, kind in DOCUMENTS.items():
-        path = args.out / f"{command}.json"
-        text = render(kind)
+    for name, text in files().items():
+        path = args.out / name
         if args.check:
             if not path.is_file() or path.read_text() != text:
                 stale.append(str(path))

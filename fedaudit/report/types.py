@@ -14,6 +14,9 @@ elsewhere. The tools' own outputs (``models``, ``init-checkpoint``, ``aux export
 from __future__ import annotations
 
 import dataclasses
+import functools
+import types
+import typing
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -266,3 +269,48 @@ def pick(kind: type, record: dict[str, Any]) -> Any:
 def build(kind: type[Document], fields: dict[str, Any]) -> dict[str, Any]:
     """The JSON of a ``kind`` document from ``fields`` (see :func:`typed`)."""
     return typed(kind, fields).to_json()
+
+
+@functools.cache
+def _hints(kind: type) -> dict[str, Any]:
+    return typing.get_type_hints(kind)
+
+
+def _value(hint: Any, value: Any) -> Any:
+    """``value`` as ``hint`` says: dataclasses built (also inside ``X | None``, ``list[X]``, ``dict[str, X]``)."""
+    if value is None:
+        return None
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        arms = [a for a in typing.get_args(hint) if a is not type(None)]
+        return _value(arms[0], value) if len(arms) == 1 else value
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint) and isinstance(value, dict):
+        return parse(hint, value)
+    if origin is list and isinstance(value, list):
+        (item,) = typing.get_args(hint)
+        return [_value(item, v) for v in value] if dataclasses.is_dataclass(item) else value
+    if origin is dict and isinstance(value, dict):
+        item = typing.get_args(hint)[1]
+        return {k: _value(item, v) for k, v in value.items()} if dataclasses.is_dataclass(item) else value
+    return value
+
+
+def parse(kind: type, record: dict[str, Any]) -> Any:
+    """A ``kind`` (and its nested types) from a JSON-like ``record``; a field it lacks takes its default (None
+    where there is none); a key ``kind`` does not name is a programming error (the type is the contract)."""
+    fields = {f.name: f for f in dataclasses.fields(kind)}
+    unknown = set(record) - set(fields)
+    if unknown:
+        raise TypeError(f"{kind.__name__} has no field(s) {sorted(unknown)}")
+    hints = _hints(kind)
+    out = {}
+    for name, f in fields.items():
+        if name in record:
+            out[name] = _value(hints[name], record[name])
+        elif f.default is not dataclasses.MISSING:
+            out[name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            out[name] = f.default_factory()
+        else:
+            out[name] = None
+    return kind(**out)

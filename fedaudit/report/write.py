@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -11,6 +10,7 @@ from fedaudit.io.files import dumps_json
 from fedaudit.report.html import render_html
 from fedaudit.report.images import grid, png_bytes
 from fedaudit.report.outdir import OutputDir
+from fedaudit.report.run_report import RunReport
 
 GRID_COLUMNS = 8
 
@@ -33,19 +33,18 @@ def comparison_grid(recon: torch.Tensor, truth: torch.Tensor | None, pairs: list
     return png_bytes(grid(_grid_rows(recon, truth, pairs)))
 
 
-def write_report(out: OutputDir, report: dict[str, Any], recon: torch.Tensor, truth: torch.Tensor | None = None,
+def write_report(out: OutputDir, report: RunReport, recon: torch.Tensor, truth: torch.Tensor | None = None,
                  prefix: str = "", proxy_pngs: list[bytes] | None = None) -> Path | None:
-    """Write everything into ``out`` and commit it; ``report['metrics']`` (if any) supplies the matching.
+    """Write everything into ``out`` and commit it; ``report.metrics`` (if any) supplies the matching.
     With ``prefix`` (a sub-folder, e.g. one audit cell) the files go there and the caller commits."""
     pngs = [png_bytes(img) for img in recon]
-    report["images"] = [out.write_bytes(f"{prefix}images/{i:03d}.png", b) for i, b in enumerate(pngs)]
-    metrics = report.get("metrics") or {}
-    pairs = [(row["truth_index"], row["recon_index"]) for row in metrics["per_image"]] if "per_image" in metrics else None
+    report.images = [out.write_bytes(f"{prefix}images/{i:03d}.png", b) for i, b in enumerate(pngs)]
+    pairs = report.metrics.pairs() if report.metrics is not None else None
     grid_png = None
     if recon.shape[0]:  # an attack may stop before images (RGLA without an inverter)
         grid_png = comparison_grid(recon, truth, pairs)
-        report["grid"] = out.write_bytes(f"{prefix}grid.png", grid_png)
-    report["html"] = "report.html"
-    out.write_text(f"{prefix}report.json", dumps_json(report))
+        report.grid = out.write_bytes(f"{prefix}grid.png", grid_png)
+    report.html = "report.html"
+    out.write_text(f"{prefix}report.json", dumps_json(report.to_json()))
     out.write_text(f"{prefix}report.html", render_html(report, grid_png, pngs, proxy_pngs))
     return None if prefix else out.commit()

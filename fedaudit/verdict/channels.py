@@ -54,9 +54,9 @@ def analytic_input(tm: ThreatModel) -> dict[str, Any]:
             "the rows disagree (several samples mixed): no closed-form image"}
 
 
-def channel_evidence(tm: ThreatModel, attack_report: dict[str, Any] | None = None) -> dict[str, Any]:
+def channel_evidence(tm: ThreatModel, recovered: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The exact channels of ``tm``; ``recovered`` is what the attack's exact path recovered (its report section)."""
     out: dict[str, Any] = {"analytic_input": analytic_input(tm), "bn_statistics": bn_statistics.availability(tm)}
-    recovered = (attack_report or {}).get("recovered")
     if isinstance(recovered, dict) and "conditioning" in recovered:
         out["rgla"] = {k: recovered.get(k) for k in ("conditioning", "warnings", "analytic_chain", "stage")}
     return out

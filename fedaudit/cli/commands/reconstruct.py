@@ -82,9 +82,9 @@ def _reconstruct(cls, options: dict, kw: dict) -> None:
     if result.interrupted:
         info_line("interrupted: the best reconstruction so far and a partial report were written", session.quiet)
         raise typer.Exit(EXIT_INTERRUPTED)
-    gate = result.report["fail_on_band"]  # measured with --truth, else estimated, at the --gate end (its line says)
-    if gate["band"]:
-        fail_exit(gate["band"], kw["fail_on"].value, session.quiet, f"{gate['source_kind']}, {gate['gate']} end")
+    gate = result.report.fail_on_band  # measured with --truth, else estimated, at the --gate end (its line says)
+    if gate is not None and gate.band:
+        fail_exit(gate.band, kw["fail_on"].value, session.quiet, f"{gate.source_kind}, {gate.gate} end")
 
 
 def register(app) -> None:

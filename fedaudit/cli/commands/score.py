@@ -29,21 +29,15 @@ def register(app) -> None:
     ) -> None:
         """Match reconstructions to truth one-to-one and report PSNR/SSIM/LPIPS and the FedLeak risk band."""
         from fedaudit.jobs.score import ScoreJob
-        from fedaudit.metrics.evaluate import skipped_line
         from fedaudit.report.outdir import OutputDir
 
         session = session_from(locals())
         outdir = OutputDir(out, force=force)
         with outdir:
             report = ScoreJob(session, recon, truth, gate.value).run_to(outdir, {"fail_on": fail_on.value})
-        m = report["metrics"]
-        lo, hi = m["risk_band_range"]
-        info_line(f"PSNR {m['summary']['psnr']['mean']:.2f} dB, SSIM {m['summary']['ssim']['mean']:.3f}, "
-                  f"risk {m['risk_band']} [{lo} .. {hi}] -> {out}/report.html", quiet)
-        info_line(f"measured: {m['band']['why']}", quiet)
-        skipped = skipped_line(m)
-        if skipped:
-            info_line(skipped, quiet)
-        info_line(report["fail_on_band"]["line"], quiet)
+        for line in ScoreJob.notes(out, report):
+            info_line(line, quiet)
         emit_json(ScoreJob.summary(out, report))
-        fail_exit(report["fail_on_band"]["band"], fail_on.value, quiet, f"measured, {gate.value} end")
+        band = report.fail_on_band.band if report.fail_on_band else None
+        if band:
+            fail_exit(band, fail_on.value, quiet, f"measured, {gate.value} end")
