@@ -77,14 +77,14 @@ def main(argv=None) -> int:
     iterations = 20 if args.quick else args.iterations
     job = AuditJob(Session(), tm, truth, rows, ["ig", "fedleak"], {"fedleak": FEDLEAK_SHORT}, iterations, 1, "auto")
     with OutputDir(tmp / "audit") as out:
-        result = job.run(out, on_cell=lambda c: print(f"{c['defense']} x {c['attack']}: {c['psnr']:.2f} dB",
+        result = job.run(out, on_cell=lambda c: print(f"{c.defense} x {c.attack}: {c.psnr:.2f} dB",
                                                       file=sys.stderr, flush=True))
         out.commit()
     args.out.mkdir(parents=True, exist_ok=True)
     doc = {"iterations": iterations, "batch": b, "model": "lenet, random init", "critic": cinfo,
-           "rows": [{k: r.get(k) for k in ("defense", "utility", "error")} for r in result["rows"]],
-           "cells": [{k: c.get(k) for k in ("defense", "attack", "psnr", "ssim", "lpips", "risk_band", "label_insacc", "error")}
-                     for c in result["cells"]]}
+           "rows": [{"defense": r.defense, "utility": r.utility, "error": r.error} for r in result.rows],
+           "cells": [{k: getattr(c, k) for k in ("defense", "attack", "psnr", "ssim", "lpips", "risk_band", "label_insacc", "error")}
+                     for c in result.cells]}
     text = json.dumps(doc, indent=1).replace(str(critic_path), "CRITIC")
     (args.out / "defenses.json").write_text(text)
     (args.out / "defenses.md").write_text(markdown(json.loads(text)))

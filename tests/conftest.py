@@ -67,7 +67,10 @@ def stdout_documents_follow_their_schema(monkeypatch):
     (fedaudit/report/run_report.py) is validated against its published JSON Schema (docs/schema/) as it is written
     (issue 66)."""
     from fedaudit.io import files
+    from fedaudit.jobs import audit, audit_round
     from fedaudit.report import write
+    from fedaudit.report.audit_record import AUDIT_SCHEMA_VERSION
+    from fedaudit.report.round_record import ROUND_SCHEMA_VERSION
     from fedaudit.report.run_report import REPORT_SCHEMA_VERSION
     from fedaudit.report.types import STDOUT_SCHEMA_VERSION
 
@@ -80,9 +83,17 @@ def stdout_documents_follow_their_schema(monkeypatch):
         if isinstance(obj, dict) and "tool" in obj and obj.get("command") in ("reconstruct", "score"):
             assert obj.get("schema_version") == REPORT_SCHEMA_VERSION
             validate("report", text)  # report.json: the full record in the output folder
+        elif isinstance(obj, dict) and "tool" in obj and obj.get("command") == "audit":
+            assert obj.get("schema_version") == AUDIT_SCHEMA_VERSION
+            validate("audit-record", text)  # audit.json
+        elif isinstance(obj, dict) and "tool" in obj and obj.get("command") == "audit-round":
+            assert obj.get("schema_version") == ROUND_SCHEMA_VERSION
+            validate("round-record", text)  # audit_round.json
         elif isinstance(obj, dict) and obj.get("schema_version") == STDOUT_SCHEMA_VERSION:
             validate(obj.get("command"), text)
         return text
 
     monkeypatch.setattr(files, "dumps_json", checked)
     monkeypatch.setattr(write, "dumps_json", checked)  # report.json's writer holds its own reference
+    monkeypatch.setattr(audit, "dumps_json", checked)  # and audit.json's
+    monkeypatch.setattr(audit_round, "dumps_json", checked)  # and audit_round.json's

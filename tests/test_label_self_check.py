@@ -162,8 +162,8 @@ def test_audit_runs_the_self_check_once_per_defense_row(monkeypatch, tmp_path, d
     with OutputDir(tmp_path / "audit") as out:
         doc = job.run_to(out, {})
     assert len(calls) == 2 and not calls[0] and calls[1], calls  # once per row, the second with its DP record
-    cells = {(c["defense"], c["attack"]): c for c in doc["cells"]}
-    assert len(cells) == 4 and all("error" not in c for c in cells.values()), doc["cells"]
+    cells = {(c["defense"], c["attack"]): c for c in doc.to_json()["cells"]}
+    assert len(cells) == 4 and all(c["error"] is None for c in cells.values()), doc.cells
     assert cells[("none", "dlg")]["label_self_check"] == cells[("none", "ig")]["label_self_check"]
     assert cells[("none", "dlg")]["label_self_check"]["near_guess"] is None
     assert cells[("dp:sigma=1000:clip=1", "ig")]["label_self_check"]["near_guess"]

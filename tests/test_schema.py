@@ -8,6 +8,7 @@ import json
 import pytest
 
 from fedaudit.report import schema
+from fedaudit.report.audit_record import AUDIT_SCHEMA_VERSION
 from fedaudit.report.run_report import REPORT_SCHEMA_VERSION, RunReport
 from fedaudit.report.types import DOCUMENTS, STDOUT_SCHEMA_VERSION, LabelsResult, build
 
@@ -42,6 +43,9 @@ def test_each_typed_command_prints_a_document_its_schema_accepts(cli, tmp_path):
         assert record["schema_version"] == REPORT_SCHEMA_VERSION
         validate("report", json.dumps(record))
         assert set(record) == {f.name for f in dataclasses.fields(RunReport)}
+    record = json.loads((tmp_path / "a" / "audit.json").read_text())  # audit.json likewise
+    assert record["schema_version"] == AUDIT_SCHEMA_VERSION and len(record["cells"]) == 2
+    validate("audit-record", json.dumps(record))
     assert docs["reconstruct"]["risk_band"] is None  # no truth: present, and null
     assert docs["reconstruct"]["risk_band_estimated"] in ("low", "medium", "high", "very_high")
 

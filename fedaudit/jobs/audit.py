@@ -7,6 +7,7 @@ records the image metrics, the label method's InsAcc, the risk band and where it
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,7 @@ from fedaudit.labels import LABEL_METHODS
 from fedaudit.methods import split_spec
 from fedaudit.metrics.risk import worst_band
 from fedaudit.report.audit_html import render_audit_html
+from fedaudit.report.audit_record import AUDIT_SCHEMA_VERSION, AuditRecord, CellRecord, DefenseRow
 from fedaudit.report.document import new_report
 from fedaudit.report.outdir import OutputDir
 from fedaudit.report.run_report import RunReport
@@ -78,20 +80,23 @@ def slug(text: str) -> str:
     return path_component(text)
 
 
-def cell_figures(report: RunReport) -> dict[str, Any]:
-    """An audit cell's figures from its run's report."""
-    m, gate, attack, labels = report.metrics, report.fail_on_band, report.attack, report.labels
-    assert attack is not None and labels is not None
+def cell_record(defense: str, attack: str, report: RunReport, label_method: str | None, prefix: str,
+                has_images: bool) -> CellRecord:
+    """An audit cell from its run's report."""
+    m, gate, run, labels = report.metrics, report.fail_on_band, report.attack, report.labels
+    assert run is not None and labels is not None
     label_metrics = labels.metrics or {}
-    return {"psnr": m.stat("psnr") if m else None, "ssim": m.stat("ssim") if m else None,
-            "lpips": m.stat("lpips") if m else None, "risk_band": m.risk_band if m else None,
-            "risk_band_range": m.risk_band_range if m else None, "band_for_fail_on": gate.band if gate else None,
-            "risk_band_estimated": report.risk_band_estimated,
-            "risk_band_estimated_confidence": report.risk_band_estimated_confidence,
-            "label_insacc": label_metrics.get("InsAcc"), "label_insacc_floor": (label_metrics.get("floor") or {}).get("InsAcc"),
-            **label_check_fields(labels.self_check()), "iterations": attack.iterations_run,
-            "seconds": report.timings.get("attack"), "status": report.status,
-            "feature_relative_error": (m.features or {}).get("relative_error", {}).get("max") if m else None}
+    return CellRecord(
+        defense=defense, attack=attack, psnr=m.stat("psnr") if m else None, ssim=m.stat("ssim") if m else None,
+        lpips=m.stat("lpips") if m else None, risk_band=m.risk_band if m else None,
+        risk_band_range=m.risk_band_range if m else None, band_for_fail_on=gate.band if gate else None,
+        risk_band_estimated=report.risk_band_estimated,
+        risk_band_estimated_confidence=report.risk_band_estimated_confidence, label_method=label_method,
+        label_insacc=label_metrics.get("InsAcc"), label_insacc_floor=(label_metrics.get("floor") or {}).get("InsAcc"),
+        label_self_check=label_check_fields(labels.self_check()).get("label_self_check"),
+        iterations=run.iterations_run, seconds=report.timings.get("attack"), status=report.status,
+        feature_relative_error=(m.features or {}).get("relative_error", {}).get("max") if m else None,
+        report=f"{prefix}report.json", grid=f"{prefix}grid.png" if has_images else None)
 
 
 @dataclass
@@ -113,11 +118,11 @@ class AuditJob:
     truth_mismatch: str = "error"  # a truth recorded for another update: error | warn (fedaudit/io/truth.py)
 
     @staticmethod
-    def summary(out, doc: dict[str, Any]) -> dict[str, Any]:
+    def summary(out, doc: AuditRecord) -> dict[str, Any]:
         """The JSON ``fedaudit audit`` prints (fedaudit/report/types.py ``AuditSummary``)."""
-        cells = [pick(AuditCell, c) for c in doc["cells"]]
-        return build(AuditSummary, {"out": str(out), "status": doc["status"], "worst_risk_band": doc["worst_risk_band"],
-                                    "worst_band_for_fail_on": doc["worst_band_for_fail_on"], "gate": doc["gate"],
+        cells = [pick(AuditCell, dataclasses.asdict(c)) for c in doc.cells]
+        return build(AuditSummary, {"out": str(out), "status": doc.status, "worst_risk_band": doc.worst_risk_band,
+                                    "worst_band_for_fail_on": doc.worst_band_for_fail_on, "gate": doc.gate,
                                     "cells": cells})
 
     def __post_init__(self) -> None:
@@ -140,12 +145,12 @@ class AuditJob:
                               label_self_check=self.self_check, label_cache=label_cache, gate=self.gate,
                               truth_mismatch=self.truth_mismatch)
 
-    def run(self, out: OutputDir, on_cell: Callable[[dict], None] | None = None) -> dict[str, Any]:
+    def run(self, out: OutputDir, on_cell: Callable[[CellRecord], None] | None = None) -> Matrix:
         """Every cell's report under ``cells/``; returns rows, cells, whether it was interrupted, the worst band."""
         self.preflight()
         tm, truth = self.tm, self.truth
-        rows: list[dict[str, Any]] = []
-        cells: list[dict[str, Any]] = []
+        rows: list[DefenseRow] = []
+        cells: list[CellRecord] = []
         lr = self.eval_lr or tm.meta.local_lr or 0.1
         acc_before = acc_true = None
         ev_x, ev_y = self.eval_images, self.eval_labels
@@ -153,73 +158,74 @@ class AuditJob:
             acc_before = accuracy_after_step(tm, {}, ev_x, ev_y, lr)
             acc_true = accuracy_after_step(tm, {k: tm.gradient[k] for k in tm.present}, ev_x, ev_y, lr)
         for label, chain in self.defenses:
-            row: dict[str, Any] = {"defense": label, "chain": [{"name": n, "options": o} for n, o in chain]}
+            row = DefenseRow(defense=label, chain=[{"name": n, "options": o} for n, o in chain])
             rows.append(row)
             defend = DefendJob(self.session, tm, list(chain), truth)
             try:
                 defended = defend.run()
             except FedauditError as exc:
-                row["error"] = str(exc)
+                row.error = str(exc)
                 continue
-            row["records"] = defended.records
-            row["utility"] = defend.utility(defended)
+            row.records = defended.records
+            utility: dict[str, Any] = defend.utility(defended)
             if ev_x is not None and ev_y is not None:
-                row["utility"].update(eval_lr=lr, accuracy_before=acc_before, accuracy_true_step=acc_true,
-                                      accuracy_defended_step=accuracy_after_step(tm, defended.grads, ev_x, ev_y, lr))
+                utility.update(eval_lr=lr, accuracy_before=acc_before, accuracy_true_step=acc_true,
+                               accuracy_defended_step=accuracy_after_step(tm, defended.grads, ev_x, ev_y, lr))
+            row.utility = utility
             tm_d = defend.defended_threat_model(defended)
             label_cache: dict[str, Any] = {}
             for attack in self.attacks:
-                cell: dict[str, Any] = {"defense": label, "attack": attack}
                 try:
                     job = self.cell_job(tm_d, attack, label_cache)
                     result = job.run(truth)
                 except FedauditError as exc:  # e.g. not applicable to this defended copy
-                    cell["error"] = str(exc)
-                    cells.append(cell)
+                    cells.append(CellRecord(defense=label, attack=attack, error=str(exc)))
                     continue
                 prefix = f"cells/{slug(label)}__{slug(attack)}/"
-                report = result.report
-                report.defenses = row["records"]
+                result.report.defenses = row.records
                 job.write(out, result, truth, prefix=prefix)
-                cell.update(cell_figures(report), label_method=job.label_method, report=f"{prefix}report.json",
-                            grid=f"{prefix}grid.png" if result.images.shape[0] else None)
+                cell = cell_record(label, attack, result.report, job.label_method, prefix, bool(result.images.shape[0]))
                 cells.append(cell)
                 if on_cell:
                     on_cell(cell)
                 if result.interrupted:
-                    return self._result(rows, cells, True)
-        return self._result(rows, cells, False)
+                    return Matrix(rows, cells, True)
+        return Matrix(rows, cells, False)
 
-    @staticmethod
-    def _result(rows: list[dict[str, Any]], cells: list[dict[str, Any]], interrupted: bool) -> dict[str, Any]:
-        """The matrix with its worst measured point band and the worst band ``--fail-on`` reads (at ``gate``)."""
-        return {"rows": rows, "cells": cells, "interrupted": interrupted,
-                "worst_risk_band": worst_band(c.get("risk_band") for c in cells),
-                "worst_band_for_fail_on": worst_band(c.get("band_for_fail_on") for c in cells)}
-
-    def run_to(self, out: OutputDir, inputs: dict[str, Any], on_cell: Callable[[dict], None] | None = None) -> dict[str, Any]:
+    def run_to(self, out: OutputDir, inputs: dict[str, Any],
+               on_cell: Callable[[CellRecord], None] | None = None) -> AuditRecord:
         """Run the matrix and write audit.json and audit.html beside the cells (Ctrl-C keeps the finished cells)."""
         attack_names, rows = self.attacks, self.defenses
-        doc = new_report("audit", inputs, {"attacks": attack_names, "defenses": [r[0] for r in rows],
-                                           "iterations": self.iterations, "restarts": self.restarts,
-                                           "labels": self.labels, "eval_lr": self.eval_lr},
-                         seed=self.session.seed, device=str(self.session.device))
+        record = new_report("audit", inputs, {"attacks": attack_names, "defenses": [r[0] for r in rows],
+                                              "iterations": self.iterations, "restarts": self.restarts,
+                                              "labels": self.labels, "eval_lr": self.eval_lr},
+                            seed=self.session.seed, device=str(self.session.device))
         try:
-            result = self.run(out, on_cell)
+            matrix = self.run(out, on_cell)
         except KeyboardInterrupt:
-            result = self._result([], [], True)
-        failed = [f"{r['defense']}: {r['error']}" for r in result["rows"] if "error" in r] + \
-                 [f"{c['defense']} x {c['attack']}: {c['error']}" for c in result["cells"] if "error" in c]
-        status = "interrupted" if result["interrupted"] else "incomplete" if failed else "complete"
-        doc.update(status=status, failed=failed, rows=result["rows"],
-                   cells=result["cells"], worst_risk_band=result["worst_risk_band"], gate=self.gate,
-                   worst_band_for_fail_on=result["worst_band_for_fail_on"],
-                   plan={"attacks": attack_names, "defenses": [r[0] for r in rows]})
-        grids = {c["grid"]: (out.staging / c["grid"]).read_bytes() for c in result["cells"] if c.get("grid")}
-        out.write_text("audit.json", dumps_json(doc))
+            matrix = Matrix([], [], True)
+        failed = [f"{r.defense}: {r.error}" for r in matrix.rows if r.error is not None] + \
+                 [f"{c.defense} x {c.attack}: {c.error}" for c in matrix.cells if c.error is not None]
+        status = "interrupted" if matrix.interrupted else "incomplete" if failed else "complete"
+        doc = AuditRecord(**{**record, "schema_version": AUDIT_SCHEMA_VERSION, "status": status}, failed=failed,
+                          rows=matrix.rows, cells=matrix.cells, gate=self.gate,  # type: ignore[arg-type]
+                          worst_risk_band=worst_band(c.risk_band for c in matrix.cells),  # type: ignore[arg-type]
+                          worst_band_for_fail_on=worst_band(c.band_for_fail_on for c in matrix.cells),  # type: ignore[arg-type]
+                          plan={"attacks": attack_names, "defenses": [r[0] for r in rows]})
+        grids = {c.grid: (out.staging / c.grid).read_bytes() for c in matrix.cells if c.grid}
+        out.write_text("audit.json", dumps_json(doc.to_json()))
         out.write_text("audit.html", render_audit_html(doc, grids))
         out.commit()
         return doc
+
+
+@dataclass
+class Matrix:
+    """The cells run so far, their rows, and whether Ctrl-C stopped the matrix."""
+
+    rows: list[DefenseRow]
+    cells: list[CellRecord]
+    interrupted: bool
 
 
 def eval_set(path: Path | None, labels: str | None, tm: ThreatModel) -> tuple[torch.Tensor | None, torch.Tensor | None]:

@@ -14,6 +14,7 @@ still audited.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import time
 from collections.abc import Callable
@@ -31,6 +32,7 @@ from fedaudit.labels import LABEL_METHODS
 from fedaudit.metrics.risk import BANDS, GATES, worst_band
 from fedaudit.report.document import new_report
 from fedaudit.report.round_html import render_round_html
+from fedaudit.report.round_record import ROUND_SCHEMA_VERSION, ClientRow, RoundError, RoundRecord
 from fedaudit.report.types import RoundClient, RoundSummary, build, pick
 
 
@@ -78,15 +80,15 @@ class RoundAudit:
     ray: bool = False
     ray_address: str | None = None
     gpus_per_task: float = 0.0
-    rows: dict[str, dict[str, Any]] = field(default_factory=dict)
+    rows: dict[str, ClientRow] = field(default_factory=dict)
 
-    def printed(self, doc: dict[str, Any]) -> dict[str, Any]:
+    def printed(self, doc: RoundRecord) -> dict[str, Any]:
         """The JSON ``fedaudit audit-round`` prints (fedaudit/report/types.py ``RoundSummary``)."""
         return build(RoundSummary, {
-            "out": str(self.out), "status": doc["status"], "worst_client": doc["worst_client"],
-            "worst_band": doc["worst_band"], "histogram": doc["histogram"], "audited": doc["audited"],
-            "resumed": sum(bool(r.get("resumed")) for r in doc["clients"]),
-            "clients": [pick(RoundClient, r) for r in doc["clients"]]})
+            "out": str(self.out), "status": doc.status, "worst_client": doc.worst_client,
+            "worst_band": doc.worst_band, "histogram": doc.histogram, "audited": doc.audited,
+            "resumed": sum(r.resumed for r in doc.clients),
+            "clients": [pick(RoundClient, r.to_json()) for r in doc.clients]})
 
     def clients(self) -> list[tuple[str, Path]]:
         ckpt = self.round_dir / "checkpoint.safetensors"
@@ -105,7 +107,7 @@ class RoundAudit:
         for name, path in self.clients():
             stored = finished(self.out / "clients" / name)
             if stored is not None:
-                self.rows[name] = {**stored, "resumed": True}
+                self.rows[name] = dataclasses.replace(ClientRow.of(stored), resumed=True)
                 done.append(name)
                 continue
             todo.append({"client": name, "checkpoint": str((self.round_dir / "checkpoint.safetensors").resolve()),
@@ -113,29 +115,27 @@ class RoundAudit:
                          "plan": asdict(self.plan)})
         return todo, done
 
-    def summary(self, status: str, engine: dict[str, Any], seconds: float) -> dict[str, Any]:
+    def summary(self, status: str, engine: dict[str, Any], seconds: float) -> RoundRecord:
         rows = [self.rows[k] for k in sorted(self.rows)]
-        ok = [r for r in rows if r.get("status") == "ok"]
-        worst = max(ok, key=lambda r: BANDS.index(r["band"]) if r.get("band") else -1, default=None)
-        doc = new_report("audit-round", {}, {"plan": asdict(self.plan), "jobs": self.jobs, "ray": self.ray,
-                                             "ray_address": self.ray_address, "gpus_per_task": self.gpus_per_task})
-        doc.update({
-            "status": status, "round_dir": str(self.round_dir), "engine": engine,
-            "clients": rows, "audited": len(ok), "errors": [{"client": r["client"], "error": r["error"], "exit": r["exit"]}
-                                                            for r in rows if r.get("status") != "ok"],
-            "worst_client": None if worst is None else worst["client"],
-            "worst_band": worst_band(r.get("band") for r in ok),
-            "histogram": {b: sum(r.get("band") == b for r in ok) for b in BANDS},
-            "band_source": "estimated without the truth (docs/methods/verdict.md)",
-        })
-        doc["timings"]["round"] = round(seconds, 2)
-        return doc
+        ok = [r for r in rows if r.status == "ok"]
+        worst = max(ok, key=lambda r: BANDS.index(r.band) if r.band else -1, default=None)
+        record = new_report("audit-round", {}, {"plan": asdict(self.plan), "jobs": self.jobs, "ray": self.ray,
+                                                "ray_address": self.ray_address, "gpus_per_task": self.gpus_per_task})
+        record["timings"]["round"] = round(seconds, 2)
+        return RoundRecord(
+            **{**record, "schema_version": ROUND_SCHEMA_VERSION, "status": status}, round_dir=str(self.round_dir),
+            engine=engine, clients=rows, audited=len(ok),
+            errors=[RoundError(r.client, r.error, r.exit) for r in rows if r.status != "ok"],
+            worst_client=None if worst is None else worst.client,
+            worst_band=worst_band(r.band for r in ok),  # type: ignore[arg-type]
+            histogram={b: sum(r.band == b for r in ok) for b in BANDS},
+            band_source="estimated without the truth (docs/methods/verdict.md)")
 
-    def write(self, doc: dict[str, Any]) -> None:
-        atomic_write_bytes(self.out / "audit_round.json", dumps_json(doc).encode())
+    def write(self, doc: RoundRecord) -> None:
+        atomic_write_bytes(self.out / "audit_round.json", dumps_json(doc.to_json()).encode())
         atomic_write_bytes(self.out / "audit_round.html", render_round_html(doc, self.out).encode())
 
-    def run(self, on_client: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    def run(self, on_client: Callable[[ClientRow], None] | None = None) -> RoundRecord:
         self.plan.check()
         if not self.out.parent.is_dir():
             raise InputError(f"cannot write {str(self.out)!r}: folder {str(self.out.parent)!r} does not exist")
@@ -144,8 +144,9 @@ class RoundAudit:
         t0 = time.perf_counter()
         engine: dict[str, Any] = {"engine": "local", "jobs": self.jobs}
 
-        def done(row: dict[str, Any]) -> None:
-            self.rows[row["client"]] = row
+        def done(record: dict[str, Any]) -> None:
+            row = ClientRow.of(record)
+            self.rows[row.client] = row
             self.write(self.summary("running", engine, time.perf_counter() - t0))
             if on_client:
                 on_client(row)

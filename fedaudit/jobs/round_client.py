@@ -8,6 +8,7 @@ Errors become the row's ``error`` and ``exit`` (2 bad input, 3 runtime failure);
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 import traceback
@@ -22,6 +23,7 @@ from fedaudit.jobs.labels import LabelJob, label_check_fields
 from fedaudit.jobs.reconstruct import ReconstructJob
 from fedaudit.metrics.risk import worst_band
 from fedaudit.report.outdir import OutputDir
+from fedaudit.report.round_record import ClientAttack, ClientRow
 from fedaudit.report.run_report import LabelReading
 from fedaudit.session import AuxSource, Session
 
@@ -42,7 +44,7 @@ def audit_client(task: dict[str, Any]) -> dict[str, Any]:
     plan = task["plan"]
     if plan.get("threads"):
         torch.set_num_threads(int(plan["threads"]))
-    row: dict[str, Any] = {"client": task["client"], "update": task["update"]}
+    row = ClientRow(client=task["client"], update=task["update"])
     t0 = time.perf_counter()
     try:
         session = Session.create(device=plan["device"], seed=plan["seed"], batch_size=plan["batch_size"],
@@ -51,7 +53,7 @@ def audit_client(task: dict[str, Any]) -> dict[str, Any]:
                                  lpips_net=plan["lpips_net"], lpips_weights=plan["lpips_weights"])
         aux = AuxSource(Path(plan["aux"]) if plan["aux"] else None, plan.get("aux_labels"), plan["dummy"], 1000, False)
         tm = session.load_threat_model(task["checkpoint"], task["update"], aux)
-        row["threat_model"] = {"kind": tm.meta.kind, "batch_size": tm.batch_size, "local_steps": tm.meta.local_steps}
+        row.threat_model = {"kind": tm.meta.kind, "batch_size": tm.batch_size, "local_steps": tm.meta.local_steps}
         out = Path(task["out"])
         out.mkdir(parents=True, exist_ok=True)
         # each attack recovers its labels itself, as `reconstruct` does, so that its report carries the label
@@ -73,23 +75,24 @@ def audit_client(task: dict[str, Any]) -> dict[str, Any]:
             reading = reading or report.labels
             gate, verdict = report.fail_on_band, report.verdict  # the estimated range's end that --gate picks
             assert gate is not None and verdict is not None and report.attack is not None
-            attacks.append({"attack": attack, "band": gate.band, "band_source": gate.source_kind,
-                            "band_point": gate.point, "band_range": gate.range, "confidence": verdict.confidence,
-                            "p_higher": verdict.p_higher, "distance": report.attack.distance,
-                            "grid": f"{attack}/grid.png" if result.images.shape[0] else None,
-                            "report": f"{attack}/report.html"})
+            attacks.append(ClientAttack(
+                attack=attack, band=gate.band, band_source=gate.source_kind, band_point=gate.point, band_range=gate.range,
+                confidence=verdict.confidence, p_higher=verdict.p_higher, distance=report.attack.distance,
+                grid=f"{attack}/grid.png" if result.images.shape[0] else None, report=f"{attack}/report.html"))
         assert reading is not None
         evidence = reading.evidence or {}
-        row.update(labels=reading.labels, label_method=reading.chosen() or plan["labels"],
-                   label_evidence={k: evidence.get(k) for k in ("agreement", "determined")},
-                   **label_check_fields(reading.self_check()),
-                   attacks=attacks, band=worst_band(a["band"] for a in attacks), status="ok", exit=0)
+        check = label_check_fields(reading.self_check()).get("label_self_check")
+        row = dataclasses.replace(
+            row, labels=reading.labels, label_method=reading.chosen() or plan["labels"],
+            label_evidence={k: evidence.get(k) for k in ("agreement", "determined")}, label_self_check=check,
+            attacks=attacks, band=worst_band(a.band for a in attacks), status="ok", exit=0)  # type: ignore[arg-type]
     except FedauditError as exc:
-        row.update(status="error", error=str(exc), exit=exc.exit_code if exc.exit_code in (EXIT_INPUT, EXIT_RUNTIME) else EXIT_RUNTIME)
+        row.status, row.error = "error", str(exc)
+        row.exit = exc.exit_code if exc.exit_code in (EXIT_INPUT, EXIT_RUNTIME) else EXIT_RUNTIME
     except Exception as exc:  # noqa: BLE001 - one client's internal failure must not stop the round
-        row.update(status="error", error=f"internal error: {type(exc).__name__}: {exc}", exit=EXIT_RUNTIME,
-                   traceback=traceback.format_exc(limit=5))
-    row["seconds"] = round(time.perf_counter() - t0, 2)
-    if row["status"] == "ok":
-        atomic_write_bytes(Path(task["out"]) / RESULT, dumps_json(row).encode())
-    return row
+        row.status, row.error, row.exit = "error", f"internal error: {type(exc).__name__}: {exc}", EXIT_RUNTIME
+        row.traceback = traceback.format_exc(limit=5)
+    row.seconds = round(time.perf_counter() - t0, 2)
+    if row.status == "ok":
+        atomic_write_bytes(Path(task["out"]) / RESULT, dumps_json(row.to_json()).encode())
+    return row.to_json()  # JSON across the process boundary (a worker, a Ray task): ClientRow.of reads it back

@@ -1,7 +1,8 @@
-"""JSON Schemas of the stdout documents (fedaudit/report/types.py) and of report.json (fedaudit/report/run_report.py),
-generated from their types.
+"""JSON Schemas of the stdout documents (fedaudit/report/types.py) and of the records written into output folders
+(report.json: fedaudit/report/run_report.py; audit.json: fedaudit/report/audit_record.py; audit_round.json:
+fedaudit/report/round_record.py), generated from their types.
 
-    .venv/bin/python -m fedaudit.report.schema            # writes docs/schema/<command>.json and report.json
+    .venv/bin/python -m fedaudit.report.schema            # docs/schema/<command>.json and the records' schemas
     .venv/bin/python -m fedaudit.report.schema --check    # exit 1 when a published file is stale
 
 Generation uses pydantic (a development dependency: the ``dev`` extra), never at run time. Every field of a
@@ -17,6 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from fedaudit.report.audit_record import AUDIT_SCHEMA_VERSION, AuditRecord
+from fedaudit.report.round_record import ROUND_SCHEMA_VERSION, RoundRecord
 from fedaudit.report.run_report import REPORT_SCHEMA_VERSION, RunReport
 from fedaudit.report.types import DOCUMENTS, STDOUT_SCHEMA_VERSION, Document
 
@@ -52,15 +55,23 @@ NON_FINITE = {"type": "array", "items": {"type": "string"},
               "description": "JSON paths of numbers that could not be computed (written as null)"}
 
 
-def report_schema() -> dict[str, Any]:
-    """report.json's schema (``reconstruct`` and ``score`` write it into their output folder)."""
+# the records written into an output folder: schema file -> (type, its schema version)
+RECORDS: dict[str, tuple[type, str]] = {"report": (RunReport, REPORT_SCHEMA_VERSION),
+                                        "audit-record": (AuditRecord, AUDIT_SCHEMA_VERSION),
+                                        "round-record": (RoundRecord, ROUND_SCHEMA_VERSION)}
+
+
+def record_schema(name: str) -> dict[str, Any]:
+    """The schema of a record a run writes into its output folder (report.json of ``reconstruct`` and ``score``,
+    audit.json of ``audit``)."""
     from pydantic import TypeAdapter
 
-    schema = TypeAdapter(RunReport).json_schema(mode="serialization")
+    kind, version = RECORDS[name]
+    schema = TypeAdapter(kind).json_schema(mode="serialization")
     _close(schema)
-    schema["properties"]["schema_version"] = {"type": "string", "const": REPORT_SCHEMA_VERSION}
+    schema["properties"]["schema_version"] = {"type": "string", "const": version}
     schema["properties"]["non_finite"] = NON_FINITE
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": "https://fedaudit.invalid/schema/report.json",
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": f"https://fedaudit.invalid/schema/{name}.json",
             **schema}
 
 
@@ -71,7 +82,7 @@ def render(kind: type[Document]) -> str:
 def files() -> dict[str, str]:
     """Every published schema: file name -> text."""
     out = {f"{command}.json": render(kind) for command, kind in DOCUMENTS.items()}
-    out["report.json"] = json.dumps(report_schema(), indent=2, sort_keys=False) + "\n"
+    out.update({f"{name}.json": json.dumps(record_schema(name), indent=2, sort_keys=False) + "\n" for name in RECORDS})
     return out
 
 

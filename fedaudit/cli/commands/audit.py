@@ -38,15 +38,6 @@ PARAMS = params(
 )
 
 
-def _cell_line(c: dict) -> str:
-    psnr = c["psnr"] if c["psnr"] is None else round(c["psnr"], 2)
-    check = c.get("label_self_check") or {}
-    near = ", labels near a guess (self-check): the band may under-report" if check.get("near_guess") else ""
-    band_range = c.get("risk_band_range")
-    shown = f" [{band_range[0]} .. {band_range[1]}]" if band_range else ""
-    return f"{c['defense']} x {c['attack']}: PSNR {psnr}, risk {c['risk_band']}{shown}{near}"
-
-
 def audit(**kw) -> None:
     """Run every attack against every defended copy of the update; one matrix (JSON + HTML with image grids)."""
     from fedaudit.io.truth import load_truth
@@ -70,15 +61,15 @@ def audit(**kw) -> None:
         info_line(f"audit: {len(rows)} defense rows x {len(attack_names)} attacks on {tm.spec.arch}, B={tm.batch_size}",
                   session.quiet)
         inputs = {k: kw[k] for k in ("checkpoint", "update", "truth", "eval_images")}
-        doc = job.run_to(outdir, inputs, on_cell=lambda c: info_line(_cell_line(c), session.quiet))
+        doc = job.run_to(outdir, inputs, on_cell=lambda c: info_line(c.line(), session.quiet))
     emit_json(AuditJob.summary(kw["out"], doc))
-    if doc["status"] == "interrupted":
+    if doc.status == "interrupted":
         info_line("interrupted: the cells finished so far were written", session.quiet)
         raise typer.Exit(EXIT_INTERRUPTED)
-    if doc["worst_band_for_fail_on"]:
-        fail_exit(doc["worst_band_for_fail_on"], kw["fail_on"].value, session.quiet, f"measured, {doc['gate']} end of a cell's range")
-    if doc["status"] == "incomplete":  # --fail-on never passes over a cell that did not run
-        error_line(f"audit incomplete: {len(doc['failed'])} planned rows/cells did not run ({'; '.join(doc['failed'])}); "
+    if doc.worst_band_for_fail_on:
+        fail_exit(doc.worst_band_for_fail_on, kw["fail_on"].value, session.quiet, f"measured, {doc.gate} end of a cell's range")
+    if doc.status == "incomplete":  # --fail-on never passes over a cell that did not run
+        error_line(f"audit incomplete: {len(doc.failed)} planned rows/cells did not run ({'; '.join(doc.failed)}); "
                    "the finished cells are in audit.json")
         raise typer.Exit(EXIT_RUNTIME)
 

@@ -48,25 +48,17 @@ def audit_round(**kw) -> None:
                      kw["proxies"], kw["gate"].value)
     job = RoundAudit(kw["round_dir"], kw["out"], plan, kw["jobs"], kw["ray"], kw["ray_address"], kw["gpus_per_task"])
 
-    def line(row: dict) -> None:
-        if row.get("status") == "ok":
-            near = ", near a guess (self-check)" if (row.get("label_self_check") or {}).get("near_guess") else ""
-            info_line(f"{row['client']}: {row.get('band') or 'labels only'} labels {row['labels']}{near} "
-                      f"({row['seconds']} s)", kw["quiet"])
-        else:
-            info_line(f"{row['client']}: error (exit {row['exit']}): {row['error']}", kw["quiet"])
-
-    doc = job.run(on_client=line)
+    doc = job.run(on_client=lambda row: info_line(row.line(), kw["quiet"]))
     emit_json(job.printed(doc))
-    if doc["status"] == "interrupted":
+    if doc.status == "interrupted":
         info_line("interrupted: finished clients are kept; run the same command again to resume", kw["quiet"])
         raise typer.Exit(EXIT_INTERRUPTED)
-    if doc["worst_band"]:
-        fail_exit(doc["worst_band"], kw["fail_on"].value, kw["quiet"], f"estimated, {kw['gate'].value} end of a client's range")
-    if doc["errors"]:
-        codes = {r["exit"] for r in doc["errors"]}
-        error_line(f"{len(doc['errors'])} client(s) could not be audited: "
-                   + "; ".join(f"{r['client']}: {r['error']}" for r in doc["errors"]))
+    if doc.worst_band:
+        fail_exit(doc.worst_band, kw["fail_on"].value, kw["quiet"], f"estimated, {kw['gate'].value} end of a client's range")
+    if doc.errors:
+        codes = {r.exit for r in doc.errors}
+        error_line(f"{len(doc.errors)} client(s) could not be audited: "
+                   + "; ".join(f"{r.client}: {r.error}" for r in doc.errors))
         raise typer.Exit(EXIT_INPUT if codes == {EXIT_INPUT} else EXIT_RUNTIME)
 
 
