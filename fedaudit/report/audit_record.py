@@ -8,10 +8,10 @@ docs/schema/README.md.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from fedaudit.report.document import Record
 from fedaudit.report.types import Band, Gate
 
 # audit.json's schema version ("1" was the untyped record before 0.3.0; docs/schema/README.md)
@@ -65,19 +65,11 @@ class DefenseRow:
 
 
 @dataclass
-class AuditRecord:
+class AuditRecord(Record):
     """audit.json."""
 
-    schema_version: str
-    tool: dict[str, Any]
     command: Literal["audit"]
-    created_at: str
     status: Literal["complete", "interrupted", "incomplete"]
-    inputs: dict[str, Any]
-    options: dict[str, Any]
-    seed: int | None
-    environment: dict[str, Any]
-    timings: dict[str, float]
     plan: dict[str, list[str]]
     gate: Gate
     failed: list[str] = field(default_factory=list)
@@ -85,6 +77,3 @@ class AuditRecord:
     cells: list[CellRecord] = field(default_factory=list)
     worst_risk_band: Band | None = None
     worst_band_for_fail_on: Band | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)

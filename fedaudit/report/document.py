@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import importlib.metadata
 import os
 import platform
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,26 @@ from fedaudit import __version__
 from fedaudit.io.files import sha256_file
 
 REPORT_SCHEMA_VERSION = "1"
+
+
+@dataclass
+class Record:
+    """What every record a run writes into its output folder starts with (typed in fedaudit/report/run_report.py,
+    audit_record.py and round_record.py; :func:`new_report` fills it)."""
+
+    schema_version: str
+    tool: dict[str, Any]
+    command: str
+    created_at: str
+    status: str
+    inputs: dict[str, Any]
+    options: dict[str, Any]
+    seed: int | None
+    environment: dict[str, Any]
+    timings: dict[str, float]
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
 
 
 def now_iso() -> str:

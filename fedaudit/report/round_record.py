@@ -12,6 +12,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from fedaudit.report.document import Record
 from fedaudit.report.types import Band, parse
 
 # audit_round.json's schema version ("1" was the untyped record before 0.3.0; docs/schema/README.md)
@@ -77,19 +78,11 @@ class RoundError:
 
 
 @dataclass
-class RoundRecord:
+class RoundRecord(Record):
     """audit_round.json."""
 
-    schema_version: str
-    tool: dict[str, Any]
     command: Literal["audit-round"]
-    created_at: str
     status: Literal["running", "complete", "interrupted"]
-    inputs: dict[str, Any]
-    options: dict[str, Any]
-    seed: int | None
-    environment: dict[str, Any]
-    timings: dict[str, float]
     round_dir: str
     engine: dict[str, Any]
     clients: list[ClientRow]
@@ -99,6 +92,3 @@ class RoundRecord:
     worst_band: Band | None
     histogram: dict[str, int]
     band_source: str
-
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)

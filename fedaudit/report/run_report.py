@@ -15,6 +15,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from fedaudit.report.document import Record
 from fedaudit.report.types import Band, Gate, parse
 
 # report.json's schema version (its own line: "1" was the untyped record before 0.3.0); the rules of
@@ -234,19 +235,11 @@ class FailOn:
 
 
 @dataclass
-class RunReport:
+class RunReport(Record):
     """report.json of ``reconstruct`` (and, without the attack's parts, of ``score``)."""
 
-    schema_version: str
-    tool: dict[str, Any]
     command: Literal["reconstruct", "score"]
-    created_at: str
     status: Literal["complete", "interrupted"]
-    inputs: dict[str, Any]
-    options: dict[str, Any]
-    seed: int | None
-    environment: dict[str, Any]
-    timings: dict[str, float]
     truth_mismatch: str | None = None  # --truth-mismatch warn: the truth names another update
     threat_model: dict[str, Any] | None = None
     labels: LabelReading | None = None
@@ -271,9 +264,6 @@ class RunReport:
     def measured(self) -> bool:
         """Whether the run was measured against the truth (a band, not only features)."""
         return self.metrics is not None and self.metrics.risk_band is not None
-
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
     @classmethod
     def of(cls, record: dict[str, Any]) -> RunReport:
