@@ -45,6 +45,26 @@ def test_an_early_interrupt_is_one_line_not_a_traceback():
     assert stderr.strip() == "fedaudit: error: interrupted"
 
 
+def test_an_interrupt_while_the_command_line_is_parsed_says_so(monkeypatch, capsys):
+    """Found at load average 10 (docs/results/loaded_suite.md): a Ctrl-C after the imports but outside a command's
+    body (the help printing, the options being parsed) ended in a silent exit 130 (Typer's conversion) or a
+    traceback. Here the interrupt lands while the command line is parsed, deterministically."""
+    import typer
+
+    from fedaudit.cli import app as app_module
+    from fedaudit.cli import entry
+
+    def interrupted(self, *args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(type(typer.main.get_command(app_module.app)), "make_context", interrupted)
+    monkeypatch.setattr(entry.signal, "signal", lambda *args: None)  # the test process keeps its own handlers
+    monkeypatch.setattr(sys, "argv", ["fedaudit", "inspect", "--help"])
+    with pytest.raises(SystemExit) as done:
+        entry.main()
+    assert done.value.code == 130 and capsys.readouterr().err == "fedaudit: error: interrupted\n"
+
+
 def test_output_files_are_not_replaced_without_force(cli, tmp_path):
     ckpt, upd, _ = sample("lenet_b4")
     target = tmp_path / "result.json"
