@@ -62,6 +62,12 @@ def test_a_killed_round_resumes_without_redoing_finished_clients(cli, tmp_path, 
     assert (out / "clients" / names[0] / "result.json").stat().st_mtime_ns == stamp[names[0]]
     assert (out / "clients" / names[-1] / "result.json").stat().st_mtime_ns != stamp[names[-1]]
     assert [r["labels"] for r in again["clients"]] == [r["labels"] for r in first["clients"]]
+    # a stored result this version cannot read as a client's row (edited, damaged, from elsewhere): that client is
+    # audited again, the round does not fail
+    (out / "clients" / names[0] / "result.json").write_text('{"client": "x", "surprise": 1}')
+    third, _ = _run(cli, tmp_path / "round", out, aux, "--fail-on", "never", expect=0)
+    assert third["resumed"] == 2 and third["audited"] == 3
+    assert [r["labels"] for r in third["clients"]] == [r["labels"] for r in first["clients"]]
 
 
 def test_parallel_workers_give_the_same_rows(cli, tmp_path, aux):

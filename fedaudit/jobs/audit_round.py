@@ -105,9 +105,9 @@ class RoundAudit:
         """The clients still to audit, and those already finished (whose stored rows are loaded)."""
         todo, done = [], []
         for name, path in self.clients():
-            stored = finished(self.out / "clients" / name)
+            stored = stored_row(self.out / "clients" / name)
             if stored is not None:
-                self.rows[name] = dataclasses.replace(ClientRow.of(stored), resumed=True)
+                self.rows[name] = dataclasses.replace(stored, resumed=True)
                 done.append(name)
                 continue
             todo.append({"client": name, "checkpoint": str((self.round_dir / "checkpoint.safetensors").resolve()),
@@ -162,6 +162,18 @@ class RoundAudit:
         doc = self.summary(status, engine, time.perf_counter() - t0)
         self.write(doc)
         return doc
+
+
+def stored_row(client_dir: Path) -> ClientRow | None:
+    """A finished client's stored row, or None where there is none or it cannot be read as one (a file from
+    elsewhere, edited or damaged): that client is audited again rather than the round failing."""
+    stored = finished(client_dir)
+    if not isinstance(stored, dict):
+        return None
+    try:
+        return ClientRow.of(stored)
+    except (TypeError, ValueError, AttributeError):
+        return None
 
 
 def client_names(files: list[Path]) -> list[tuple[str, Path]]:
