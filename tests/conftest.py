@@ -63,32 +63,26 @@ def lenet_ckpt(tmp_path) -> Path:
 
 @pytest.fixture(autouse=True)
 def stdout_documents_follow_their_schema(monkeypatch):
-    """Every typed stdout document a test makes (fedaudit/report/types.py) and every report.json
-    (fedaudit/report/run_report.py) is validated against its published JSON Schema (docs/schema/) as it is written
-    (issue 66)."""
+    """Every typed stdout document a test makes (fedaudit/report/types.py) and every record written into an output
+    folder (report.json, audit.json, audit_round.json: fedaudit/report/schema.py ``RECORDS``) is validated against
+    its published JSON Schema (docs/schema/) as it is written (issue 66)."""
     from fedaudit.io import files
     from fedaudit.jobs import audit, audit_round
     from fedaudit.report import write
-    from fedaudit.report.audit_record import AUDIT_SCHEMA_VERSION
-    from fedaudit.report.round_record import ROUND_SCHEMA_VERSION
-    from fedaudit.report.run_report import REPORT_SCHEMA_VERSION
+    from fedaudit.report.schema import RECORDS
     from fedaudit.report.types import STDOUT_SCHEMA_VERSION
 
     from .schemas import validate
 
     real = files.dumps_json
+    record_of = {"reconstruct": "report", "score": "report", "audit": "audit-record", "audit-round": "round-record"}
 
     def checked(obj, *args, **kwargs):
         text = real(obj, *args, **kwargs)
-        if isinstance(obj, dict) and "tool" in obj and obj.get("command") in ("reconstruct", "score"):
-            assert obj.get("schema_version") == REPORT_SCHEMA_VERSION
-            validate("report", text)  # report.json: the full record in the output folder
-        elif isinstance(obj, dict) and "tool" in obj and obj.get("command") == "audit":
-            assert obj.get("schema_version") == AUDIT_SCHEMA_VERSION
-            validate("audit-record", text)  # audit.json
-        elif isinstance(obj, dict) and "tool" in obj and obj.get("command") == "audit-round":
-            assert obj.get("schema_version") == ROUND_SCHEMA_VERSION
-            validate("round-record", text)  # audit_round.json
+        if isinstance(obj, dict) and "tool" in obj:  # a record in an output folder (new_report's head)
+            name = record_of[obj["command"]]
+            assert obj.get("schema_version") == RECORDS[name][1]
+            validate(name, text)
         elif isinstance(obj, dict) and obj.get("schema_version") == STDOUT_SCHEMA_VERSION:
             validate(obj.get("command"), text)
         return text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 
 import typer
@@ -72,6 +73,11 @@ def _invoke(command) -> int:
             rv = command.invoke(ctx)
     except typer.Exit as e:
         return e.exit_code
+    except EOFError:  # Click's own conversion, kept: main() says "aborted"
+        raise typer.Abort() from None
+    except BrokenPipeError:  # the reader closed stdout (`| head`): exit 1 quietly, as Click does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     return rv if isinstance(rv, int) else 0
 
 

@@ -23,7 +23,7 @@ from fedaudit.io.files import dumps_json, path_component
 from fedaudit.io.images import load_images, parse_labels
 from fedaudit.io.truth import Truth, check_truth
 from fedaudit.jobs.defend import DefendJob, parse_defense
-from fedaudit.jobs.labels import label_check_fields
+from fedaudit.jobs.labels import label_check_brief
 from fedaudit.jobs.reconstruct import ReconstructJob
 from fedaudit.labels import LABEL_METHODS
 from fedaudit.methods import split_spec
@@ -93,7 +93,7 @@ def cell_record(defense: str, attack: str, report: RunReport, label_method: str 
         risk_band_estimated=report.risk_band_estimated,
         risk_band_estimated_confidence=report.risk_band_estimated_confidence, label_method=label_method,
         label_insacc=label_metrics.get("InsAcc"), label_insacc_floor=(label_metrics.get("floor") or {}).get("InsAcc"),
-        label_self_check=label_check_fields(labels.self_check()).get("label_self_check"),
+        label_self_check=label_check_brief(labels.self_check()),
         iterations=run.iterations_run, seconds=report.timings.get("attack"), status=report.status,
         feature_relative_error=(m.features or {}).get("relative_error", {}).get("max") if m else None,
         report=f"{prefix}report.json", grid=f"{prefix}grid.png" if has_images else None)

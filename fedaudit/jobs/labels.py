@@ -130,11 +130,11 @@ class LabelJob:
         return out
 
 
-def label_check_fields(check: dict[str, Any] | None) -> dict[str, Any]:
-    """A label reading's self-check (``LabelReading.self_check()``) in brief (an audit cell, a round's client): the
-    estimated InsAcc, an even guess's on the same counts, near a guess or not."""
+def label_check_brief(check: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A label reading's self-check (``LabelReading.self_check()``) in brief (an audit cell's and a round client's
+    ``label_self_check``): the estimated InsAcc, an even guess's on the same counts, near a guess or not."""
     if not check:
-        return {}
+        return None
     if not check.get("clients"):
-        return {"label_self_check": {"not_applicable": check.get("not_applicable")}}
-    return {"label_self_check": {"InsAcc": check["InsAcc"], "floor": check["floor"], "near_guess": check["near_guess"]}}
+        return {"not_applicable": check.get("not_applicable")}
+    return {"InsAcc": check["InsAcc"], "floor": check["floor"], "near_guess": check["near_guess"]}

@@ -111,7 +111,7 @@ class ReconstructResult:
         r = self.report
         attack, labels, m, gate = r.attack, r.labels, r.metrics, r.fail_on_band
         assert attack is not None and labels is not None and gate is not None
-        verdict = r.verdict or Verdict(*[None] * 11)  # type: ignore[arg-type]
+        verdict = r.verdict or parse(Verdict, {})  # no evidence: every estimate field null
         out_d: dict[str, Any] = {
             "out": str(out), "status": r.status, "attack": attack.name, "distance": attack.distance,
             "labels": labels.labels, "iterations_run": attack.iterations_run, "barely_moved": attack.movement.barely_moved,

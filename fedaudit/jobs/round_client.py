@@ -19,7 +19,7 @@ import torch
 
 from fedaudit.errors import EXIT_INPUT, EXIT_RUNTIME, FedauditError
 from fedaudit.io.files import atomic_write_bytes, dumps_json
-from fedaudit.jobs.labels import LabelJob, label_check_fields
+from fedaudit.jobs.labels import LabelJob, label_check_brief
 from fedaudit.jobs.reconstruct import ReconstructJob
 from fedaudit.metrics.risk import worst_band
 from fedaudit.report.outdir import OutputDir
@@ -81,7 +81,7 @@ def audit_client(task: dict[str, Any]) -> dict[str, Any]:
                 grid=f"{attack}/grid.png" if result.images.shape[0] else None, report=f"{attack}/report.html"))
         assert reading is not None
         evidence = reading.evidence or {}
-        check = label_check_fields(reading.self_check()).get("label_self_check")
+        check = label_check_brief(reading.self_check())
         row = dataclasses.replace(
             row, labels=reading.labels, label_method=reading.chosen() or plan["labels"],
             label_evidence={k: evidence.get(k) for k in ("agreement", "determined")}, label_self_check=check,

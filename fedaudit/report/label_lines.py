@@ -22,7 +22,7 @@ def summary_line(check: dict[str, Any] | None, reason: bool = True) -> str | Non
 
 
 def self_check_html(brief: dict[str, Any] | None) -> str:
-    """An audit cell's or a round client's self-check (``fedaudit.jobs.labels.label_check_fields``), as HTML."""
+    """An audit cell's or a round client's self-check (``fedaudit.jobs.labels.label_check_brief``), as HTML."""
     if not brief:
         return ""
     if "not_applicable" in brief:

@@ -251,24 +251,15 @@ DOCUMENTS: dict[str, type[Document]] = {t.command: t for t in (
     CaptureSummary)}
 
 
-def typed(kind: type, fields: dict[str, Any]) -> Any:
-    """A ``kind`` from ``fields`` (a field not given is None; an unknown one is a programming error: the type is the
-    contract)."""
-    names = [f.name for f in dataclasses.fields(kind)]
-    unknown = set(fields) - set(names)
-    if unknown:
-        raise TypeError(f"{kind.__name__} has no field(s) {sorted(unknown)}")
-    return kind(**{n: fields.get(n) for n in names})
-
-
 def pick(kind: type, record: dict[str, Any]) -> Any:
     """A ``kind`` from the entries of ``record`` it names (a record keeps more: an audit cell, a round's client)."""
     return kind(**{f.name: record.get(f.name) for f in dataclasses.fields(kind)})
 
 
 def build(kind: type[Document], fields: dict[str, Any]) -> dict[str, Any]:
-    """The JSON of a ``kind`` document from ``fields`` (see :func:`typed`)."""
-    return typed(kind, fields).to_json()
+    """The JSON of a ``kind`` document from ``fields`` (see :func:`parse`: a field not given is None, an unknown one
+    is a programming error)."""
+    return parse(kind, fields).to_json()
 
 
 @functools.cache
