@@ -197,6 +197,7 @@ def run_methods(tm, true_labels, aux, seed, methods=None):
         if method == "auto":
             out[name]["chosen"] = r.diagnostics["chosen"]
             out[name]["strategy"] = r.diagnostics.get("strategy")
+            out[name]["route"] = r.diagnostics.get("route")  # the route of auto's table that answered
             if "bn_count_rejected" in r.diagnostics:  # the BN-mixture route's counts and why it did not fire
                 out[name]["bn_count_rejected"] = r.diagnostics["bn_count_rejected"]
             out[name]["candidates"] = [{k: c[k] for k in ("method", "counts", "fit") if k in c}

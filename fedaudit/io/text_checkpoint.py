@@ -1,0 +1,125 @@
+"""A Hugging Face language-model folder as a checkpoint: ``config.json`` + ``model.safetensors`` + ``tokenizer.json``.
+
+The model is built with ``transformers`` from its config (never downloaded, never unpickled) and its weights loaded
+strictly from the safetensors file; the tokenizer is the folder's ``tokenizer.json`` read by ``tokenizers``. Needs the
+``text`` extra (``pip install 'fedaudit[text]'``). docs/text.md says which families are supported.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fedaudit.errors import InputError
+from fedaudit.io.files import atomic_write_bytes, atomic_write_text, read_safetensors, safetensors_bytes, sha256_file
+
+CONFIG, WEIGHTS, TOKENIZER = "config.json", "model.safetensors", "tokenizer.json"
+# model_type -> (transformers class name, the decoder/encoder kind DAGER's search follows)
+FAMILIES = {"gpt2": ("GPT2LMHeadModel", "decoder")}
+
+
+def text_extra() -> Any:
+    """``transformers``, or an InputError saying how to install it (the text extra is optional)."""
+    try:
+        import transformers
+    except ImportError:
+        raise InputError("language-model checkpoints need the text extra: pip install 'fedaudit[text]'") from None
+    return transformers
+
+
+@dataclass
+class TextCheckpoint:
+    """A language model, its tokenizer and what it was read from."""
+
+    model: Any  # a transformers PreTrainedModel (its attributes are the family's)
+    tokenizer: Any  # tokenizers.Tokenizer
+    model_type: str
+    kind: str  # "decoder" or "encoder"
+    source: str
+    sha256: str
+
+    @property
+    def eos_id(self) -> int:
+        return int(self.model.config.eos_token_id)
+
+
+def is_text_checkpoint(path: str | Path) -> bool:
+    """Whether ``path`` is a folder holding a Hugging Face config (a text checkpoint, not a fedaudit one)."""
+    p = Path(path)
+    return p.is_dir() and (p / CONFIG).is_file()
+
+
+def _config(folder: Path) -> dict:
+    try:
+        config = json.loads((folder / CONFIG).read_text())
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{folder / CONFIG}: not a readable JSON config ({exc})") from None
+    if not isinstance(config, dict):
+        raise InputError(f"{folder / CONFIG}: not a JSON object")
+    model_type = config.get("model_type")
+    if model_type not in FAMILIES:
+        raise InputError(f"{folder / CONFIG}: model_type {model_type!r} is not supported "
+                         f"(supported: {', '.join(FAMILIES)})")
+    return config
+
+
+def load_text_checkpoint(path: str | Path) -> TextCheckpoint:
+    """Build the folder's model from its config, load its weights strictly, read its tokenizer; every mismatch (a
+    missing or extra tensor, a shape, a tokenizer whose vocabulary the embedding cannot hold) is an InputError."""
+    folder = Path(path)
+    if not is_text_checkpoint(folder):
+        raise InputError(f"{str(folder)!r} is not a language-model folder (no {CONFIG})")
+    config = _config(folder)
+    transformers = text_extra()
+    from tokenizers import Tokenizer
+
+    state, _ = read_safetensors(folder / WEIGHTS, "language-model weights")
+    cls_name, kind = FAMILIES[config["model_type"]]
+    try:
+        hf_config = transformers.AutoConfig.for_model(**config)
+        with torch.device("cpu"):
+            model = getattr(transformers, cls_name)(hf_config)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"{folder / CONFIG}: cannot build the model ({exc})") from None
+    expected = model.state_dict()
+    tied = {k for k in expected if k not in state and k == "lm_head.weight"}  # GPT-2 ties it to the embedding
+    missing = sorted(set(expected) - set(state) - tied)
+    extra = sorted(set(state) - set(expected))
+    if missing or extra:
+        raise InputError(f"{folder / WEIGHTS} does not match {CONFIG}: "
+                         + (f"missing {missing[:3]}" if missing else f"unexpected {extra[:3]}"))
+    for k, v in state.items():
+        if tuple(v.shape) != tuple(expected[k].shape):
+            raise InputError(f"{folder / WEIGHTS}: {k} has shape {tuple(v.shape)}, the config says {tuple(expected[k].shape)}")
+        if v.is_floating_point() and not torch.isfinite(v).all():
+            raise InputError(f"{folder / WEIGHTS}: {k} holds NaN or Inf")
+    model.load_state_dict(state, strict=False)
+    if tied:
+        model.tie_weights()
+    model.eval()
+    try:
+        tokenizer = Tokenizer.from_file(str(folder / TOKENIZER))
+    except Exception as exc:  # tokenizers raises its own Exception type for a bad file
+        raise InputError(f"{folder / TOKENIZER}: not a readable tokenizer ({exc})") from None
+    rows = model.get_input_embeddings().weight.shape[0]
+    if tokenizer.get_vocab_size() > rows:
+        raise InputError(f"{folder / TOKENIZER}: its vocabulary has {tokenizer.get_vocab_size()} tokens, the model's "
+                         f"embedding {rows} rows (a tokenizer of another model?)")
+    return TextCheckpoint(model, tokenizer, config["model_type"], kind, str(folder), sha256_file(folder / WEIGHTS))
+
+
+def save_text_checkpoint(path: str | Path, model: Any, tokenizer: Any) -> Path:
+    """Write ``model`` and ``tokenizer`` as a folder :func:`load_text_checkpoint` reads (each file atomically)."""
+    folder = Path(path)
+    folder.mkdir(parents=True, exist_ok=True)
+    tied = getattr(model.config, "tie_word_embeddings", True)  # the output matrix is the embedding's: stored once
+    state = {k: v.detach().contiguous().clone() for k, v in model.state_dict().items()
+             if not (tied and k == "lm_head.weight")}
+    atomic_write_bytes(folder / WEIGHTS, safetensors_bytes(state, {"format": "pt"}))
+    atomic_write_text(folder / CONFIG, json.dumps(model.config.to_diff_dict(), indent=1, sort_keys=True))
+    atomic_write_text(folder / TOKENIZER, tokenizer.to_str())
+    return folder

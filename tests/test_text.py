@@ -1,0 +1,96 @@
+"""Language-model updates: the checkpoint folder, the capture, DAGER's exact recovery, the text metrics."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+pytest.importorskip("rouge_score")
+
+from fedaudit.attacks.text import TEXT_ATTACKS  # noqa: E402
+from fedaudit.client.text_capture import capture_text_gradient  # noqa: E402
+from fedaudit.errors import InputError, NotApplicable  # noqa: E402
+from fedaudit.io.text_checkpoint import load_text_checkpoint, save_text_checkpoint  # noqa: E402
+from fedaudit.metrics.text import text_scores, token_accuracy  # noqa: E402
+from fedaudit.models.text_tiny import gpt2, train_tokenizer  # noqa: E402
+
+LINES = ["The quick brown fox jumps over the lazy dog.", "Federated learning keeps data on the device.",
+         "Gradients can leak the text they were computed on.", "A reviewer audits every recorded update."]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return train_tokenizer(2000)
+
+
+@pytest.fixture(scope="module")
+def folder(tokenizer, tmp_path_factory):
+    return save_text_checkpoint(tmp_path_factory.mktemp("gpt2") / "tiny", gpt2(tokenizer, width=64), tokenizer)
+
+
+def truth(batch):
+    """Each line's tokens without the end-of-sequence token the capture adds (the invisible last position)."""
+    return [batch.ids[i, : n - 1].tolist() for i, n in enumerate(batch.lengths)]
+
+
+def test_dager_recovers_a_batch_of_four_exactly(folder):
+    ckpt = load_text_checkpoint(folder)
+    grads, meta, batch = capture_text_gradient(ckpt, LINES, max_length=12)
+    assert meta.batch_size == 4 and meta.kind == "gradient"
+    result = TEXT_ATTACKS.get("dager")().run(ckpt, grads, meta.batch_size)
+    assert not result.diagnostics["saturated"]
+    assert result.diagnostics["ranks"][0] == sum(n - 1 for n in batch.lengths)  # one direction per visible position
+    true = truth(batch)
+    assert sorted(result.sequences) == sorted(true)
+    scores = text_scores(true, [ckpt.tokenizer.decode(s) for s in true], result.sequences,
+                         [ckpt.tokenizer.decode(s) for s in result.sequences])
+    assert scores.exact_rate == 1.0 and scores.token_accuracy == 1.0 and scores.rouge2 == pytest.approx(1.0)
+
+
+def test_dager_says_when_the_span_is_full(tokenizer, tmp_path):
+    """More visible positions than the model is wide: the gradient has full rank and nothing can be told apart."""
+    ckpt = load_text_checkpoint(save_text_checkpoint(tmp_path / "narrow", gpt2(tokenizer, width=16), tokenizer))
+    grads, meta, _ = capture_text_gradient(ckpt, LINES, max_length=12)
+    result = TEXT_ATTACKS.get("dager")().run(ckpt, grads, meta.batch_size)
+    assert result.diagnostics["saturated"] and result.sequences == []
+
+
+def test_dager_needs_the_first_blocks_gradients(folder):
+    ckpt = load_text_checkpoint(folder)
+    grads, meta, _ = capture_text_gradient(ckpt, LINES[:2], max_length=8)
+    del grads["transformer.h.1.attn.c_attn.weight"]
+    with pytest.raises(NotApplicable, match="block 1"):
+        TEXT_ATTACKS.get("dager")().run(ckpt, grads, meta.batch_size)
+
+
+def test_a_folder_whose_tokenizer_does_not_fit_the_embedding_is_refused(tokenizer, tmp_path):
+    small = train_tokenizer(400)
+    save_text_checkpoint(tmp_path / "m", gpt2(small, width=16), tokenizer)  # the larger tokenizer beside it
+    with pytest.raises(InputError, match="vocabulary has 2000 tokens"):
+        load_text_checkpoint(tmp_path / "m")
+
+
+def test_a_folder_with_weights_of_another_config_is_refused(tokenizer, tmp_path):
+    path = save_text_checkpoint(tmp_path / "m", gpt2(tokenizer, width=16), tokenizer)
+    config = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**config, "n_embd": 32}))
+    with pytest.raises(InputError, match="shape"):
+        load_text_checkpoint(path)
+    (path / "config.json").write_text(json.dumps({**config, "model_type": "mamba"}))
+    with pytest.raises(InputError, match="not supported"):
+        load_text_checkpoint(path)
+
+
+def test_text_scores_match_and_grade():
+    true = [[1, 2, 3, 4], [5, 6, 7, 8]]
+    text = ["alpha beta gamma delta", "one two three four"]
+    scores = text_scores(true, text, [[5, 6, 7, 9]], ["one two three five"])
+    assert scores.pairs == [(0, None), (1, 0)]  # the recovered sequence goes to the one it resembles
+    assert scores.exact_rate == 0.0
+    assert scores.token_accuracy == pytest.approx(0.75 / 2)
+    assert scores.rouge1 == pytest.approx(0.75 / 2)
+    assert token_accuracy([1, 2], [1, 2, 3]) == 1.0 and token_accuracy([1, 2], [2]) == 0.0
+    assert torch.tensor(0).item() == 0
