@@ -82,6 +82,43 @@ def collect(out: Path, source: str, families: list[str], states: list[str], tria
                           flush=True)
 
 
+def rerun(out: Path, tag: str, routes: list[str] | None, threads: int) -> None:
+    """``auto`` again on the same clients (rebuilt from their seeds), its record appended to OUT/runs/TAG.jsonl (a
+    rerun skips the clients already there): the after-side of a change to the routes, or a missing field filled in.
+    ``routes``: only the clients whose stored reading came from one of these routes."""
+    torch.set_num_threads(threads)
+    rows = [json.loads(line) for line in (out / "clients.jsonl").read_text().splitlines() if line.strip()]
+    if routes:
+        rows = [r for r in rows if r["methods"]["auto"].get("route") in routes]
+    path = out / "runs" / f"{tag}.jsonl"
+    path.parent.mkdir(exist_ok=True)
+    done = {_key(json.loads(line)) for line in path.read_text().splitlines()} if path.exists() else set()
+    cache: dict = {}
+    with path.open("a") as f:
+        for row in rows:
+            if _key(row) in done:
+                continue
+            source, family, state = row["source"], row["family"], row["state"]
+            if (source, family, state) not in cache:
+                cache.clear()  # one model at a time: the rows come grouped
+                train_xy, (ax, ay), pool = data(dataset=source)
+                label, arch, kwargs, bn = FAMILY_MODELS[family]
+                spec, model = make_model(arch, kwargs)
+                epochs = max(1, round(3500 / len(train_xy[1])))
+                net = model.eval() if state == "random init" else train(model, spec, train_xy, epochs=epochs)
+                cache[(source, family, state)] = (spec, net, bn, pool, Aux(ax, ay, "images"))
+            spec, net, bn, pool, aux = cache[(source, family, state)]
+            tm, truth = client_update(spec, net, pool, row["trial"], row["K"], row["B"], LR, 0.0, row["batch"], bn)
+            results = run_methods(tm, truth, aux, seed=row["trial"], methods=["auto"])
+            record = {k: row[k] for k in ("source", "family", "state", "K", "B", "batch", "trial")}
+            record["auto"] = {key: results["auto"][key] for key in ("InsAcc", "counts", "s", "route", "strategy")
+                              if key in results["auto"]}
+            f.write(json.dumps(record) + "\n")
+            f.flush()
+            print(f"{_key(row)}: {row['methods']['auto']['InsAcc']:.2f} via {row['methods']['auto'].get('route')} -> "
+                  f"{record['auto']['InsAcc']:.2f} via {record['auto'].get('route')}", file=sys.stderr, flush=True)
+
+
 def _mean_se(values: list[float]) -> tuple[float, float]:
     if not values:
         return math.nan, math.nan
@@ -180,12 +217,22 @@ def main(argv=None) -> int:
     c.add_argument("--first-trial", type=int, default=20)
     c.add_argument("--trials", type=int, default=2)
     c.add_argument("--threads", type=int, default=1)
+    c.add_argument("--B", help="comma list replacing the grid's batch sizes (8,32)")
+    r = sub.add_parser("rerun")
+    r.add_argument("out", type=Path)
+    r.add_argument("--tag", required=True)
+    r.add_argument("--routes", help="comma list: only the clients these routes answered")
+    r.add_argument("--threads", type=int, default=1)
     t = sub.add_parser("table")
     t.add_argument("dirs", type=Path, nargs="+")
     args = ap.parse_args(argv)
     if args.cmd == "collect":
+        if args.B:
+            GRID["B"] = [int(v) for v in args.B.split(",")]
         collect(args.out, args.source, args.families.split(","), args.states.split(","),
                 range(args.first_trial, args.first_trial + args.trials), args.threads)
+    elif args.cmd == "rerun":
+        rerun(args.out, args.tag, args.routes.split(",") if args.routes else None, args.threads)
     else:
         print(table(rows_of(args.dirs)))
     return 0

@@ -11,7 +11,7 @@ pytest.importorskip("transformers")
 pytest.importorskip("rouge_score")
 
 from fedaudit.attacks.text import TEXT_ATTACKS  # noqa: E402
-from fedaudit.client.text_capture import capture_text_gradient  # noqa: E402
+from fedaudit.client.text_capture import TextBatch, capture_text_gradient, text_gradient  # noqa: E402
 from fedaudit.errors import InputError, NotApplicable  # noqa: E402
 from fedaudit.io.text_checkpoint import load_text_checkpoint, save_text_checkpoint  # noqa: E402
 from fedaudit.metrics.text import text_scores, token_accuracy  # noqa: E402
@@ -41,7 +41,7 @@ def test_dager_recovers_a_batch_of_four_exactly(folder):
     grads, meta, batch = capture_text_gradient(ckpt, LINES, max_length=12)
     assert meta.batch_size == 4 and meta.kind == "gradient"
     result = TEXT_ATTACKS.get("dager")().run(ckpt, grads, meta.batch_size)
-    assert not result.diagnostics["saturated"]
+    assert not result.diagnostics["saturated"] and result.diagnostics["consistent"] and all(result.exact)
     assert result.diagnostics["ranks"][0] == sum(n - 1 for n in batch.lengths)  # one direction per visible position
     true = truth(batch)
     assert sorted(result.sequences) == sorted(true)
@@ -94,3 +94,25 @@ def test_text_scores_match_and_grade():
     assert scores.rouge1 == pytest.approx(0.75 / 2)
     assert token_accuracy([1, 2], [1, 2, 3]) == 1.0 and token_accuracy([1, 2], [2]) == 0.0
     assert torch.tensor(0).item() == 0
+
+
+def test_dager_checks_the_first_token_in_block_one(folder):
+    """Step 1 lets a token through at a position where sums of the batch's embeddings explain it: 11 at position 0,
+    as E[11] + P[0] = (E[11] + P[1]) + (E[10] + P[0]) - (E[10] + P[1]) (exactly so at random init, where LayerNorm
+    is a scaled projection). Block 1's check of the first position removes it."""
+    ckpt = load_text_checkpoint(folder)
+    eos = ckpt.eos_id
+    seqs = [[10, 11, 12, eos], [13, 10, 14, eos], [15, 16, 17, eos]]
+    batch = TextBatch(torch.tensor(seqs), torch.ones(3, 4, dtype=torch.long), [4, 4, 4])
+    result = TEXT_ATTACKS.get("dager")().run(ckpt, text_gradient(ckpt, batch), 3)
+    assert 11 in ckpt_tokens_at_zero(ckpt, text_gradient(ckpt, batch))
+    assert sorted(result.sequences) == sorted(s[:-1] for s in seqs) and all(result.exact)
+
+
+def ckpt_tokens_at_zero(ckpt, grads):
+    """Step 1's tokens at position 0."""
+    from fedaudit.attacks.text.dager import Dager, span_basis
+
+    basis, _ = span_basis(grads["transformer.h.0.attn.c_attn.weight"].T, None)
+    with torch.no_grad():
+        return Dager()._tokens(ckpt, basis)[0]

@@ -59,14 +59,19 @@ def next_token_loss(model: torch.nn.Module, batch: TextBatch) -> torch.Tensor:
     return model(input_ids=batch.ids, attention_mask=batch.mask, labels=labels).loss
 
 
-def capture_text_gradient(ckpt: TextCheckpoint, lines: list[str], max_length: int = 32) -> tuple[dict[str, torch.Tensor], UpdateMeta, TextBatch]:
-    """The FedSGD upload of one batch of ``lines``: (tensors by state_dict name, metadata, the batch itself)."""
-    batch = tokenize_lines(ckpt, lines, max_length)
+def text_gradient(ckpt: TextCheckpoint, batch: TextBatch) -> dict[str, torch.Tensor]:
+    """The gradient of :func:`next_token_loss` on ``batch``, by state_dict name."""
     model = ckpt.model.eval()  # dropout off: the server's forward is the client's (DAGER's exact checks need it)
     names = [n for n, p in model.named_parameters() if p.requires_grad]
     params = [p for n, p in model.named_parameters() if p.requires_grad]
     grads = torch.autograd.grad(next_token_loss(model, batch), params, allow_unused=True)
-    tensors = {n: g.detach().contiguous() for n, g in zip(names, grads) if g is not None}
+    return {n: g.detach().contiguous() for n, g in zip(names, grads) if g is not None}
+
+
+def capture_text_gradient(ckpt: TextCheckpoint, lines: list[str], max_length: int = 32) -> tuple[dict[str, torch.Tensor], UpdateMeta, TextBatch]:
+    """The FedSGD upload of one batch of ``lines``: (tensors by state_dict name, metadata, the batch itself)."""
+    batch = tokenize_lines(ckpt, lines, max_length)
+    tensors = text_gradient(ckpt, batch)
     meta = UpdateMeta(kind="gradient", reduction="mean", batch_size=len(lines), local_steps=1,
                       num_examples=len(lines), base_checkpoint_sha256=ckpt.sha256,
                       source={"tool": f"fedaudit {__version__}", "task": "next-token", "max_length": max_length})

@@ -116,14 +116,23 @@ class Dager(Method):
             saturated = tokens is None
             diagnostics["saturated"] = saturated
             if tokens is None:
-                return DagerResult([], [], [], {**diagnostics, "tokens_per_position": [], "complete_sequences": 0})
+                return DagerResult([], [], [], {**diagnostics, "consistent": False, "tokens_per_position": [],
+                                                "complete_sequences": 0})
             sequences, scores = self._sequences(ckpt, tokens, bases[1])
         order = sorted(range(len(sequences)), key=lambda i: scores[i])
+        # a truth-free check of the whole search: a batch holds at most B distinct sequences; more means block 1's
+        # span let through what the batch does not hold (too many visible tokens for the width, or a rank
+        # misjudged), and no sequence is then called exact. (Step 1 alone lets more than B tokens through at a
+        # position by design: E[t] + P[p] is a sum of embeddings the span holds for other pairs.)
+        per_position = [len(t) for t in tokens]
+        consistent = batch_size is None or len(sequences) <= batch_size
         if batch_size:
             order = order[:batch_size]
         return DagerResult(
-            [sequences[i] for i in order], [scores[i] < self.opts["tau2"] for i in order], [scores[i] for i in order],
-            {**diagnostics, "tokens_per_position": [len(t) for t in tokens], "complete_sequences": len(sequences)})
+            [sequences[i] for i in order], [consistent and scores[i] < self.opts["tau2"] for i in order],
+            [scores[i] for i in order],
+            {**diagnostics, "consistent": consistent, "tokens_per_position": per_position,
+             "complete_sequences": len(sequences)})
 
     def _tokens(self, ckpt: TextCheckpoint, basis: torch.Tensor) -> list[list[int]] | None:
         """Step 1: per position, the vocabulary entries whose block-0 input lies in block 0's span (stops at the
@@ -159,14 +168,18 @@ class Dager(Method):
         complete sequences and their mean span distance."""
         if not tokens:
             return [], []
-        beam = [[t] for t in tokens[0]]
-        totals = [0.0] * len(beam)  # summed distances of the checked positions (the first is block 0's alone)
+        # the first position is checked in block 1's span too: step 1 lets through tokens that only sums of the
+        # batch's embeddings explain (E[t] + P[0] = (E[t] + P[q]) + (E[s] + P[0]) - (E[s] + P[q]); exactly so at
+        # random init, where LayerNorm is a scaled projection), and block 0's nonlinear layers break those sums
+        first = self._last_distance(ckpt, torch.tensor([[t] for t in tokens[0]]), basis).tolist()
+        beam = [[t] for t, dist in zip(tokens[0], first) if dist < self.opts["tau2"]]
+        totals = [dist for dist in first if dist < self.opts["tau2"]]  # summed distances of the checked positions
         done: list[list[int]] = []
         scores: list[float] = []
         for i in range(1, len(tokens) + 1):
             if i == len(tokens) or not beam:
                 done += beam
-                scores += [t / max(len(s) - 1, 1) for s, t in zip(beam, totals)]
+                scores += [t / len(s) for s, t in zip(beam, totals)]
                 break
             cands = [(b, s + [t]) for b, s in enumerate(beam) for t in tokens[i]]
             d = self._last_distance(ckpt, torch.tensor([c for _, c in cands]), basis).tolist()
@@ -175,7 +188,7 @@ class Dager(Method):
             for b, s in enumerate(beam):
                 if b not in extended:
                     done.append(s)
-                    scores.append(totals[b] / max(len(s) - 1, 1))
+                    scores.append(totals[b] / len(s))
             if len(kept) > self.opts["max-beam"]:
                 kept = sorted(kept, key=lambda k: totals[k[0]] + k[2])[: self.opts["max-beam"]]
             beam, totals = [c for _, c, _ in kept], [totals[b] + dist for b, _, dist in kept]
