@@ -5,7 +5,8 @@
     .venv/bin/python -m benchmarks.text_leakage --table              # docs/results/text.md's table
 
 Text: sentences of 4 to 20 words from the standard library's docstrings (fedaudit/models/text_tiny.py's corpus; the
-length of the GLUE sentences DAGER's paper reads), drawn with a seeded generator, each cut to T - 1 tokens by the capture (which ends every line with the end-of-sequence token). The
+length of the GLUE sentences DAGER's paper reads), drawn with a seeded generator, each cut to T - 1 tokens by the
+capture (which ends every line with the end-of-sequence token). The
 tokenizer is the byte-level BPE trained on that corpus (8,000 entries); the model's embedding has GPT-2's 50,257 rows
 (entries past the tokenizer's are never used by the client, but every one is a candidate for the attack, as with a
 real GPT-2). Per row: token accuracy, ROUGE-1/2/L, exact-sequence rate, DAGER's ranks and seconds, the load.
