@@ -31,8 +31,10 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.common import server_view
 from benchmarks.labels import data, floor_of, make_model, run_methods, train
-from benchmarks.labels_fedavg import MODELS, client_update
+from benchmarks.labels_fedavg import MODELS, client_update, victims
+from fedaudit.client.capture import CaptureConfig, capture_update
 from fedaudit.jobs import Aux
 
 # labels_fedavg's models, and the benchmark's ReLU MLP with biases (hidden-split's case: a hidden layer wider than B)
@@ -47,7 +49,17 @@ def _key(r: dict) -> tuple:
     return (r["source"], r["family"], r["state"], r["K"], r["B"], r["batch"], r["trial"])
 
 
-def collect(out: Path, source: str, families: list[str], states: list[str], trials: range, threads: int) -> None:
+def buffered_update(spec, net, pool, trial: int, b: int, kind: str, bn: str):
+    """labels_fedavg's one-step client (the same victims) with its BN buffers attached to the gradient (the
+    client's running statistics after its forward: a FedSGD upload that carries them)."""
+    px, py = pool
+    idx = victims(py, b, kind, torch.Generator().manual_seed(1000 * trial + 1))
+    cfg = CaptureConfig(batch_size=b, local_steps=1, lr=LR, bn_mode=bn, include_buffers=True)
+    return server_view(spec, net, capture_update(net, spec, px[idx], py[idx], cfg)), py[idx]
+
+
+def collect(out: Path, source: str, families: list[str], states: list[str], trials: range, threads: int,
+            buffers: bool = False) -> None:
     torch.set_num_threads(threads)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "clients.jsonl"
@@ -69,7 +81,10 @@ def collect(out: Path, source: str, families: list[str], states: list[str], tria
                         # trained: as many Adam steps as one epoch of 3,500 MNIST digits (labels_fedavg's models)
                         epochs = max(1, round(3500 / len(train_xy[1])))
                         net = model.eval() if state == "random init" else train(model, spec, train_xy, epochs=epochs)
-                    tm, truth = client_update(spec, net, (px, py), t, k, b, LR, 0.0, kind, bn)
+                    if buffers and k > 1:
+                        continue  # a delta carries its buffers anyway: the default grid has those clients
+                    tm, truth = (buffered_update(spec, net, (px, py), t, b, kind, bn) if buffers
+                                 else client_update(spec, net, (px, py), t, k, b, LR, 0.0, kind, bn))
                     results = run_methods(tm, truth, aux, seed=t, methods=METHODS)
                     row.update(floor=floor_of(truth)["InsAcc"],
                                methods={m: {key: r[key] for key in ("InsAcc", "counts", "s", "route", "strategy") if key in r}
@@ -82,14 +97,17 @@ def collect(out: Path, source: str, families: list[str], states: list[str], tria
                           flush=True)
 
 
-def rerun(out: Path, tag: str, routes: list[str] | None, threads: int) -> None:
-    """``auto`` again on the same clients (rebuilt from their seeds), its record appended to OUT/runs/TAG.jsonl (a
-    rerun skips the clients already there): the after-side of a change to the routes, or a missing field filled in.
-    ``routes``: only the clients whose stored reading came from one of these routes."""
+def rerun(out: Path, tag: str, routes: list[str] | None, threads: int, method: str = "auto",
+          where: dict | None = None) -> None:
+    """``method`` (``auto`` by default) again on the same clients (rebuilt from their seeds), its record appended to
+    OUT/runs/TAG.jsonl (a rerun skips the clients already there): the after-side of a change to the routes, a missing
+    field filled in, or another column. ``routes``: only the clients whose stored reading came from one of these
+    routes; ``where``: only those whose settings have these values (e.g. {"K": 1})."""
     torch.set_num_threads(threads)
     rows = [json.loads(line) for line in (out / "clients.jsonl").read_text().splitlines() if line.strip()]
     if routes:
         rows = [r for r in rows if r["methods"]["auto"].get("route") in routes]
+    rows = [r for r in rows if all(str(r[k]) == str(v) for k, v in (where or {}).items())]
     path = out / "runs" / f"{tag}.jsonl"
     path.parent.mkdir(exist_ok=True)
     done = {_key(json.loads(line)) for line in path.read_text().splitlines()} if path.exists() else set()
@@ -109,10 +127,11 @@ def rerun(out: Path, tag: str, routes: list[str] | None, threads: int) -> None:
                 cache[(source, family, state)] = (spec, net, bn, pool, Aux(ax, ay, "images"))
             spec, net, bn, pool, aux = cache[(source, family, state)]
             tm, truth = client_update(spec, net, pool, row["trial"], row["K"], row["B"], LR, 0.0, row["batch"], bn)
-            results = run_methods(tm, truth, aux, seed=row["trial"], methods=["auto"])
+            results = run_methods(tm, truth, aux, seed=row["trial"], methods=[method])
             record = {k: row[k] for k in ("source", "family", "state", "K", "B", "batch", "trial")}
-            record["auto"] = {key: results["auto"][key] for key in ("InsAcc", "counts", "s", "route", "strategy")
-                              if key in results["auto"]}
+            record["auto"] = {key: results[method][key] for key in ("InsAcc", "counts", "s", "route", "strategy")
+                              if key in results[method]}
+            record["method"] = method
             f.write(json.dumps(record) + "\n")
             f.flush()
             print(f"{_key(row)}: {row['methods']['auto']['InsAcc']:.2f} via {row['methods']['auto'].get('route')} -> "
@@ -134,10 +153,59 @@ def _cell(values: list[float]) -> str:
 
 
 def rows_of(dirs: list[Path]) -> list[dict]:
+    """Every client of ``dirs``, with what later runs added: OUT/runs/strategy.jsonl fills in auto's sub-route where
+    the first run did not record it (a rerun of the same deterministic reading: its InsAcc must match), other runs
+    add their method as a column (``rerun --method``; tag ``after``: auto after a change, as ``auto-after``)."""
     rows = []
     for d in dirs:
-        rows += [json.loads(line) for line in (d / "clients.jsonl").read_text().splitlines() if line.strip()]
+        mine = [json.loads(line) for line in (d / "clients.jsonl").read_text().splitlines() if line.strip()]
+        by_key = {_key(r): r for r in mine}
+        for run in sorted((d / "runs").glob("*.jsonl")) if (d / "runs").is_dir() else []:
+            for line in run.read_text().splitlines():
+                rec = json.loads(line)
+                row = by_key.get(_key(rec))
+                if row is None:
+                    continue
+                if run.stem == "strategy":
+                    stored = row["methods"]["auto"]
+                    if abs(stored["InsAcc"] - rec["auto"]["InsAcc"]) > 1e-9:
+                        raise SystemExit(f"{run}: {_key(rec)} read {rec['auto']['InsAcc']}, stored {stored['InsAcc']}")
+                    stored.setdefault("strategy", rec["auto"].get("strategy"))
+                else:
+                    name = "auto-after" if run.stem == "after" else rec.get("method", run.stem)
+                    row["methods"][name] = rec["auto"]
+        rows += mine
     return [r for r in rows if "auto" in r["methods"] and "auto-ensemble" in r["methods"]]
+
+
+def strategy(r: dict) -> str:
+    """auto's sub-route, without the shown-classes step that follows every delta's route."""
+    s = r["methods"]["auto"].get("strategy") or "?"
+    return s.split(", rerouted by shown classes")[0]
+
+
+def sub_table(rows: list[dict]) -> str:
+    """Per route and sub-route (``diagnostics.strategy``): the gain over the plain ensemble, by batch kind."""
+    kinds = [k for k in ("random", "dirichlet", "two-class", "one-class") if any(r["batch"] == k for r in rows)]
+    lines = ["| route | sub-route | all | " + " | ".join(kinds) + " |", "|---|---|---|" + "---|" * len(kinds)]
+    keys = sorted({(r["methods"]["auto"].get("route"), strategy(r)) for r in rows}, key=str)
+    for route, sub in keys:
+        mine = [r for r in rows if (r["methods"]["auto"].get("route"), strategy(r)) == (route, sub)]
+        lines.append(f"| {route} | {sub} | {_cell([gain(r) for r in mine])} | "
+                     + " | ".join(_cell([gain(r) for r in mine if r["batch"] == k]) for k in kinds) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def versus(rows: list[dict], a: str, b: str = "auto-ensemble") -> str:
+    """Column ``a`` against column ``b`` on the clients that have both: mean difference ± SE, by family and K."""
+    both = [r for r in rows if a in r["methods"] and b in r["methods"]]
+    diff = [r["methods"][a]["InsAcc"] - r["methods"][b]["InsAcc"] for r in both]
+    out = [f"`{a}` minus `{b}` on {len(both)} clients: {_cell(diff)}"]
+    for f, k in itertools.product(FAMILIES, (1, 4)):
+        part = [r["methods"][a]["InsAcc"] - r["methods"][b]["InsAcc"] for r in both if (r["family"], r["K"]) == (f, k)]
+        if part:
+            out.append(f"- {f}, K = {k}: {_cell(part)}")
+    return "\n".join(out) + "\n"
 
 
 def gain(r: dict) -> float:
@@ -185,8 +253,8 @@ def table(rows: list[dict]) -> str:
               "| family | state | K | B | batch | clients | auto | best single | auto - best | within |",
               "|---|---|---|---|---|---|---|---|---|---|"]
     within = total = 0
-    for f, state, k, b, kind in itertools.product(families, ("random init", "trained"), GRID["K"], GRID["B"],
-                                                  GRID["batch"]):
+    kinds = [k for k in ("random", "dirichlet", "two-class", "one-class") if any(r["batch"] == k for r in rows)]
+    for f, state, k, b, kind in itertools.product(families, ("random init", "trained"), GRID["K"], GRID["B"], kinds):
         mine = [r for r in rows if (r["family"], r["state"], r["K"], r["B"], r["batch"]) == (f, state, k, b, kind)]
         if not mine:
             continue
@@ -218,23 +286,37 @@ def main(argv=None) -> int:
     c.add_argument("--trials", type=int, default=2)
     c.add_argument("--threads", type=int, default=1)
     c.add_argument("--B", help="comma list replacing the grid's batch sizes (8,32)")
+    c.add_argument("--K", help="comma list replacing the grid's local steps (1,4)")
+    c.add_argument("--batch", help="comma list replacing the grid's batch kinds (random,dirichlet; also two-class, "
+                   "one-class: the non-IID clients the class-count routes were built for)")
+    c.add_argument("--buffers", action="store_true", help="one-step clients whose gradient carries the BN buffers "
+                   "(bn-count's FedSGD channel); write them to another OUT")
     r = sub.add_parser("rerun")
     r.add_argument("out", type=Path)
     r.add_argument("--tag", required=True)
     r.add_argument("--routes", help="comma list: only the clients these routes answered")
     r.add_argument("--threads", type=int, default=1)
+    r.add_argument("--method", default="auto", help="the column to run (auto, auto-evidence, ...)")
+    r.add_argument("--where", help="only the clients with these settings, e.g. K=1,B=32,state=trained")
     t = sub.add_parser("table")
     t.add_argument("dirs", type=Path, nargs="+")
     args = ap.parse_args(argv)
     if args.cmd == "collect":
-        if args.B:
-            GRID["B"] = [int(v) for v in args.B.split(",")]
+        for key, kind in (("K", int), ("B", int), ("batch", str)):
+            if getattr(args, key):
+                GRID[key] = [kind(v) for v in getattr(args, key).split(",")]
         collect(args.out, args.source, args.families.split(","), args.states.split(","),
-                range(args.first_trial, args.first_trial + args.trials), args.threads)
+                range(args.first_trial, args.first_trial + args.trials), args.threads, args.buffers)
     elif args.cmd == "rerun":
-        rerun(args.out, args.tag, args.routes.split(",") if args.routes else None, args.threads)
+        where = dict(kv.split("=", 1) for kv in args.where.split(",")) if args.where else None
+        rerun(args.out, args.tag, args.routes.split(",") if args.routes else None, args.threads, args.method, where)
     else:
-        print(table(rows_of(args.dirs)))
+        rows = rows_of(args.dirs)
+        print(table(rows))
+        print(sub_table(rows))
+        columns = {m for r in rows for m in r["methods"]} - set(METHODS)
+        for extra in sorted(columns):
+            print(versus(rows, extra))
     return 0
 
 

@@ -31,7 +31,7 @@ CASES = {
     "sample-split": (facts(), facts(exact=True)),
     "bn-mixture": (facts(multi_step=True, batch_statistics=True), facts(multi_step=True, batch_statistics=True,
                                                                         input_independent=True)),
-    "class-count": (facts(multi_step=True), facts(strategy="evidence")),
+    "bn-statistics": (facts(), facts(multi_step=True)),
     "client-fit": (facts(multi_step=True), facts(multi_step=True, batch_statistics=True)),
     "rlu-input-independent": (facts(multi_step=True, batch_statistics=True, input_independent=True, spread=0.05),
                               facts(multi_step=True, batch_statistics=True)),

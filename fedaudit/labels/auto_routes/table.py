@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from fedaudit.labels.auto_routes import bn_mixture, class_count, delta, evidence, rules, shown, split
+from fedaudit.labels.auto_routes import bn_mixture, bn_statistics, delta, evidence, rules, shown, split
 from fedaudit.labels.auto_routes.calibration import SPREAD_THRESHOLD
-from fedaudit.labels.auto_routes.common import Run, batch_statistics, input_independent, probe_head
+from fedaudit.labels.auto_routes.common import batch_statistics, input_independent, probe_head
 from fedaudit.labels.base import LabelResult
 from fedaudit.session import Session
 from fedaudit.threat_model import ThreatModel
@@ -60,10 +60,9 @@ class Features:
 
 @dataclass
 class State:
-    """What one route leaves for a later one, and the notes every route adds to the diagnostics."""
+    """The notes every route adds to the diagnostics (what a route tried and why it declined)."""
 
     notes: dict = field(default_factory=dict)
-    rejected: Run | None = None  # bn-count's reading of a BN mixture that failed its checks (bn-mixture -> class-count)
 
 
 RouteRun = Callable[[ThreatModel, Session, Features, State, dict], LabelResult | None]
@@ -87,13 +86,7 @@ def _sample_split(tm, session, f, state, opts):
 
 
 def _bn_mixture(tm, session, f, state, opts):
-    result, state.rejected = bn_mixture.by_bn_mixture(tm, session, f.spread, state.notes, opts["bn-aux-batches"])
-    return result
-
-
-def _class_count(tm, session, f, state, opts):
-    result = class_count.by_class_count(tm, session, f.spread, state.rejected)
-    return None if result is None else shown.by_shown_classes(tm, session, f.spread, result, min_feature=f.min_feature)
+    return bn_mixture.by_bn_mixture(tm, session, f.spread, state.notes, opts["bn-aux-batches"])
 
 
 def _evidence(tm, session, f, state, opts):
@@ -115,8 +108,9 @@ ROUTES: tuple[Route, ...] = (
     Route("bn-mixture", lambda f: _trained_one_step_or_delta(f) and f.multi_step and f.batch_statistics
           and not f.input_independent, _bn_mixture,
           "a FedAvg delta's BN buffers: bn-count's reading of the K batches' mixture (bn_mixture.py)"),
-    Route("class-count", _trained_one_step_or_delta, _class_count,
-          "the number of negative output-bias entries: few classes, many classes, three (class_count.py)"),
+    Route("bn-statistics", lambda f: _trained_one_step_or_delta(f) and not f.multi_step,
+          lambda tm, s, f, st, o: bn_statistics.by_bn_statistics(tm, s, f.spread, st.notes),
+          "one-step uploads with BN buffers and labelled aux images: bn-count's reading (bn_statistics.py)"),
     Route("client-fit", lambda f: f.hybrid and f.multi_step and not f.batch_statistics and not f.exact,
           lambda tm, s, f, st, o: delta.by_client_fit(tm, s, f.spread),
           "FedAvg deltas without batch-statistics BN: the simulated client's step mixes (delta.py)"),
