@@ -74,7 +74,7 @@ def collect(out: Path, source: str, families: list[str], states: list[str], tria
                 net = None
                 for k, b, kind, t in itertools.product(GRID["K"], GRID["B"], GRID["batch"], trials):
                     row = {"source": source, "family": family, "model": label, "state": state, "K": k, "B": b,
-                           "batch": kind, "trial": t}
+                           "batch": kind, "trial": t, "buffers": buffers}
                     if _key(row) in done:
                         continue
                     if net is None:
@@ -126,7 +126,9 @@ def rerun(out: Path, tag: str, routes: list[str] | None, threads: int, method: s
                 net = model.eval() if state == "random init" else train(model, spec, train_xy, epochs=epochs)
                 cache[(source, family, state)] = (spec, net, bn, pool, Aux(ax, ay, "images"))
             spec, net, bn, pool, aux = cache[(source, family, state)]
-            tm, truth = client_update(spec, net, pool, row["trial"], row["K"], row["B"], LR, 0.0, row["batch"], bn)
+            tm, truth = (buffered_update(spec, net, pool, row["trial"], row["B"], row["batch"], bn)
+                         if row.get("buffers") else
+                         client_update(spec, net, pool, row["trial"], row["K"], row["B"], LR, 0.0, row["batch"], bn))
             results = run_methods(tm, truth, aux, seed=row["trial"], methods=[method])
             record = {k: row[k] for k in ("source", "family", "state", "K", "B", "batch", "trial")}
             record["auto"] = {key: results[method][key] for key in ("InsAcc", "counts", "s", "route", "strategy")
@@ -193,6 +195,32 @@ def sub_table(rows: list[dict]) -> str:
         mine = [r for r in rows if (r["methods"]["auto"].get("route"), strategy(r)) == (route, sub)]
         lines.append(f"| {route} | {sub} | {_cell([gain(r) for r in mine])} | "
                      + " | ".join(_cell([gain(r) for r in mine if r["batch"] == k]) for k in kinds) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def after_table(rows: list[dict]) -> str:
+    """``auto`` before and after a change of the routes, on the clients rerun (``rerun --tag after``): per model
+    family, K and batch kind, the mean InsAcc before and after and the per-client change (mean ± SE), the routes
+    before -> after, and how many readings changed."""
+    mine = [r for r in rows if "auto-after" in r["methods"]]
+    if not mine:
+        return ""
+    lines = ["| family | K | batch | clients | before | after | change | routes before -> after | readings changed |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    groups = sorted({(r["family"], r["K"], r["batch"]) for r in mine}, key=lambda g: (FAMILIES.index(g[0]), g[1], g[2]))
+    for f, k, kind in groups:
+        part = [r for r in mine if (r["family"], r["K"], r["batch"]) == (f, k, kind)]
+        before = [r["methods"]["auto"]["InsAcc"] for r in part]
+        after = [r["methods"]["auto-after"]["InsAcc"] for r in part]
+        routes = sorted({f"{r['methods']['auto'].get('route')} -> {r['methods']['auto-after'].get('route')}"
+                         for r in part})
+        changed = sum(r["methods"]["auto"]["counts"] != r["methods"]["auto-after"]["counts"] for r in part)
+        lines.append(f"| {f} | {k} | {kind} | {len(part)} | {100 * statistics.fmean(before):.1f} | "
+                     f"{100 * statistics.fmean(after):.1f} | {_cell([a - b for a, b in zip(after, before)])} | "
+                     f"{'; '.join(routes)} | {changed} |")
+    diff = [r["methods"]["auto-after"]["InsAcc"] - r["methods"]["auto"]["InsAcc"] for r in mine]
+    lines.append(f"| all | | | {len(mine)} | | | {_cell(diff)} | | "
+                 f"{sum(r['methods']['auto']['counts'] != r['methods']['auto-after']['counts'] for r in mine)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -317,6 +345,12 @@ def main(argv=None) -> int:
         columns = {m for r in rows for m in r["methods"]} - set(METHODS)
         for extra in sorted(columns):
             print(versus(rows, extra))
+        if any("auto-after" in r["methods"] for r in rows):
+            print(after_table(rows))
+            print("After the change (auto-after where rerun, the unchanged reading elsewhere):\n")
+            swapped = [{**r, "methods": {**r["methods"], "auto": r["methods"].get("auto-after", r["methods"]["auto"])}}
+                       for r in rows]
+            print(table(swapped).split("Per model family and state")[1])
     return 0
 
 

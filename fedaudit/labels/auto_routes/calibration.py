@@ -49,10 +49,11 @@ INPUT_INDEPENDENT = _c(
     "ResNet-10 and ResNet-18 FedAvg deltas", "2026-11-28")
 ONE_CLASS_SHARE = _c(
     "ONE_CLASS_SHARE", 0.8,
-    "a FedAvg delta's BN-mixture reading by bn-count that puts at least this share on the one negative "
-    "output-bias entry's class reads as a single-class client",
+    "bn-count's reading (of a one-step upload's BN buffers, or of a FedAvg delta's BN mixture) that puts at least "
+    "this share on the one negative output-bias entry's class reads as a single-class batch",
     "benchmarks.labels --bn-buffers, trained ConvNet and ResNet-10 (91/94 -> 93/94 with the check)",
-    "benchmarks.labels_bn_two_class: fires only on 90/10 batches (3 of 4 at B = 8), costing the minority",
+    "benchmarks.labels_bn_two_class: fires only on 90/10 batches (3 of 4 at B = 8), costing the minority; "
+    "benchmarks.labels_routes: 4 held-out one-class clients with BN buffers (UCI digits) read 100%",
     "BN statistics; One class without BN buffers", "2026-11-24")
 SPLIT_MAX_FIT = _c(
     "SPLIT_MAX_FIT", 1e-2,
