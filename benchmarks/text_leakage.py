@@ -27,8 +27,9 @@ import torch
 from benchmarks.common import RESULTS
 from fedaudit.attacks.text import TEXT_ATTACKS
 from fedaudit.client.text_capture import capture_text_gradient
-from fedaudit.io.text_checkpoint import TextCheckpoint, text_extra
+from fedaudit.io.text_checkpoint import TextCheckpoint
 from fedaudit.metrics.text import text_scores
+from fedaudit.models.text_extra import text_extra
 from fedaudit.models.text_tiny import EOS, corpus, train_tokenizer
 
 OUT = RESULTS / "text_leakage.jsonl"

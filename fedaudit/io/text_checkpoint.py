@@ -16,19 +16,11 @@ import torch
 
 from fedaudit.errors import InputError
 from fedaudit.io.files import atomic_write_bytes, atomic_write_text, read_safetensors, safetensors_bytes, sha256_file
+from fedaudit.models.text_extra import text_extra
 
 CONFIG, WEIGHTS, TOKENIZER = "config.json", "model.safetensors", "tokenizer.json"
 # model_type -> (transformers class name, the decoder/encoder kind DAGER's search follows)
 FAMILIES = {"gpt2": ("GPT2LMHeadModel", "decoder")}
-
-
-def text_extra() -> Any:
-    """``transformers``, or an InputError saying how to install it (the text extra is optional)."""
-    try:
-        import transformers
-    except ImportError:
-        raise InputError("language-model checkpoints need the text extra: pip install 'fedaudit[text]'") from None
-    return transformers
 
 
 @dataclass

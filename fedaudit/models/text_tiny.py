@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from fedaudit.io.text_checkpoint import text_extra
+from fedaudit.models.text_extra import text_extra
 
 EOS = "<|endoftext|>"
 # standard-library modules whose docstrings train the tokenizer (present on every Python fedaudit supports)
