@@ -238,10 +238,10 @@ def test_auto_routes_a_trained_model_to_llg(tmp_path, monkeypatch):
     assert int(ev.counts_int.sum()) == 4 and len(ev.diagnostics["candidates"]) >= 5
     best = min(ev.diagnostics["candidates"], key=lambda c: c["score"])
     assert ev.counts_int.tolist() == best["counts"] and ev.diagnostics["score"] == best["score"]
-    # the default (hybrid) uses it there (the class-count routes that read the number of negative output-bias entries
-    # were dropped: they did not beat the plain ensemble on held-out clients, docs/results/labels.md). The routes
-    # before it: sample-split, which takes a batch this small (B < C; tests/test_sample_split.py) and is switched off
-    # here, and bn-count's on BN buffers, which this upload does not carry
+    # the default (hybrid) takes the plain ensemble there (the class-count routes and the evidence did not beat it on
+    # held-out clients, docs/results/labels.md). The routes before it: sample-split, which takes a batch this small
+    # (B < C; tests/test_sample_split.py) and is switched off here, and bn-count's on BN buffers, which this upload
+    # does not carry
     from fedaudit.labels.auto_routes import shown, split
 
     monkeypatch.setattr(split, "by_sample_split", lambda *args: None)
@@ -249,8 +249,9 @@ def test_auto_routes_a_trained_model_to_llg(tmp_path, monkeypatch):
     shown_step = shown.by_shown_classes
     monkeypatch.setattr(shown, "by_shown_classes", lambda tm, session, spread, result, **kw: result)
     r = _plain("auto", trained, aux)
-    assert r.diagnostics["route"] == "evidence" and r.diagnostics["strategy"] == "evidence"
-    assert r.counts_int.tolist() == ev.counts_int.tolist()
+    assert r.diagnostics["route"] == "ensemble" and r.diagnostics["strategy"] == "ensemble"
+    ens = LabelJob(Session(aux=aux), trained, "auto", {"strategy": "ensemble"}).result()
+    assert r.counts_int.tolist() == ens.counts_int.tolist()
     # the classes whose output-weight-gradient row has a negative entry are in the batch for certain (ReLU features):
     # a batch of three classes shows at most three, and the counts are read on them only
     monkeypatch.setattr(shown, "by_shown_classes", shown_step)
