@@ -31,12 +31,12 @@ CASES = {
     "sample-split": (facts(), facts(exact=True)),
     "bn-mixture": (facts(multi_step=True, batch_statistics=True), facts(multi_step=True, batch_statistics=True,
                                                                         input_independent=True)),
-    "bn-statistics": (facts(), facts(multi_step=True)),
+    "class-count": (facts(multi_step=True), facts(strategy="evidence")),
     "client-fit": (facts(multi_step=True), facts(multi_step=True, batch_statistics=True)),
     "rlu-input-independent": (facts(multi_step=True, batch_statistics=True, input_independent=True, spread=0.05),
                               facts(multi_step=True, batch_statistics=True)),
-    "ensemble": (facts(multi_step=True), facts(strategy="evidence")),
-    "evidence": (facts(strategy="evidence"), facts(exact=True)),
+    "ensemble": (facts(multi_step=True), facts()),
+    "evidence": (facts(), facts(exact=True)),
     "rules": (facts(exact=True), None),
 }
 
@@ -57,7 +57,7 @@ def test_each_route_applies_where_it_should_and_not_elsewhere(name):
 
 def test_the_fallback_strategy_follows_the_update():
     assert facts(spread=0.1, rules_exact=True).fallback == "rules"
-    assert facts(multi_step=True).fallback == "ensemble" and facts().fallback == "ensemble"
+    assert facts(multi_step=True).fallback == "ensemble" and facts().fallback == "evidence"
     assert facts(strategy="ensemble").fallback == "ensemble"
     only = [r.name for r in ROUTES if r.applies(facts(strategy="rules"))]
     assert only == ["rules"]  # --strategy rules: the rules alone

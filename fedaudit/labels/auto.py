@@ -1,28 +1,43 @@
 """``auto``: the label method whose counts best explain this update, every candidate and its score reported.
 
-``--strategy hybrid`` (default) walks one ordered table of routes (``auto_routes/table.py``; ``diagnostics.route``
-names the one that answered), each kept because it beat the plain ensemble on held-out clients (models, image sources
-and batches it was not built on; docs/results/labels.md, "Which routes earn their place"):
+``--strategy hybrid`` (default): the rules below where they are near exact (one local step and input-independent
+outputs: random-init models). Elsewhere, a one-step upload of a model with a hidden linear layer wider than the batch
+goes to hidden-split where it verifies at least half of the samples, and one of a batch smaller than the class count
+to sample-split where its fit explains the update (it splits the update into its samples instead of reading per-class
+error masses). Then a route by the number of negative output-bias-gradient entries: at
+most two (a batch of few classes) goes to LLG (the evidence follows RLU, which trails LLG there;
+docs/results/labels.md); on a model with trained-like outputs at least four goes to bias-count, and three, in a
+one-step upload, to bias-count where it puts most of the batch on the classes with a positive entry, else to LLG.
+What no route takes goes to client-fit or the mean of the methods on FedAvg deltas (below) and to the evidence on
+one-step updates. Before all these, a one-step upload of a trained-like model that carries BN buffers, with
+labelled aux images, goes to bn-count unless the batch reads as a single class (then all to that class; the BN
+statistics count sure samples, the output layer hardly). Where the
+rules apply, bias-count is kept unless ZLG's or iLRG's raw counts lie clearly closer to their integer counts (a
+truth-free check of each method's assumption on this batch; docs/methods/labels.md). Measured on
+MNIST LeNet/ConvNet rows (docs/results/labels.md) the evidence alone loses up to 9 points to the rules at random
+init, K = 1 (it is sometimes confidently wrong there) and gains up to 19 points where the rules' assumptions fail.
 
-* the rules where they are near exact (one local step and input-independent outputs: random-init models), bias-count
-  unless ZLG's or iLRG's raw counts lie clearly closer to their integers (``integrality``);
-* one-step uploads of trained-like models: hidden-split where a hidden linear layer is wider than the batch and it
-  verifies at least half of the samples, sample-split where B < C and its fit explains the update, bn-count where
-  the upload carries BN buffers and labelled aux images are given (``bn-statistics``);
-* FedAvg deltas: bn-count's reading of the BN buffers' mixture of the K batches where it explains it (relative
-  residual below 0.05, model moved less than 0.01 of its norm; ``bn-mixture``); on models without batch-statistics
-  BatchNorm client-fit (fedaudit/labels/client_fit.py: each step's class mix fitted so that a client simulated on the
-  aux images reproduces the whole update), RLU where the outputs do not depend on the input
-  (``rlu-input-independent``, with BN too); else the mean of the count methods' vectors (``ensemble``);
-* every other update: the mean of the count methods' vectors (``ensemble``; the evidence, below, where fewer than two
-  apply). On the held-out one-step uploads of trained models that now reach it the evidence trailed the ensemble by
-  10.2 +- 2.4 points.
-
-After the route, on a trained-like model's one-step upload and on any delta, the classes its output-layer update
-shows present for certain (auto_routes/shown.py): where at most three are shown, the batch is read as those classes
-only. The routes that read the number of negative output-bias entries (few classes to LLG, many to bias-count, three
-by a share, one class by LLG and HFGI, and their BN-mixture companions) were dropped: out of sample they did not beat
-the plain ensemble.
+On a FedAvg delta (several local steps) of more classes, of a model whose BatchNorm (if any) does not normalise with
+batch statistics during local training, hybrid takes client-fit (fedaudit/labels/client_fit.py), which fits each step's
+class mix so that a client simulated on the aux images reproduces the whole update, rather than guessing the client's
+path as RLU must (docs/results/labels.md, "client-fit"; before it, RLU where its least squares fitted the update, else
+the ensemble), except on a model whose outputs do not depend on its input (softmax spread below INPUT_INDEPENDENT),
+where RLU's model is exact and it is returned, with batch-statistics BatchNorm too (ResNets at random init, where no
+BN-statistics reading is tried first; "ResNet-10 and ResNet-18 FedAvg deltas"). Other deltas (BatchNorm in train mode,
+e.g. the ConvNet, where RLU trails bias-count and ZLG by 20-50 points and client-fit the ensemble by 7 points on
+average, docs/results/labels.md, "client-fit on the BN ConvNet") first go to bn-count where labelled aux images are
+given and its counts explain the BN buffers' mixture of the K batches to a relative residual below 0.05 and the model
+moved less than 0.01 of its norm (on 36 held-out trained ConvNet clients: 87.0% against 77.7), then to the class-count
+routes (where the many-classes route's bias-count answers a client whose BN reading was rejected, the mean with that
+reading and LLG's where those two agree: auto_routes/bn_mixture.py's ``by_agreement``), then get the mean of the count
+vectors of bias-count, ZLG, iLRG, LLG, LLG+ and RLU (``--strategy ensemble`` everywhere), which trails the best single
+method by 4.1-7.5 points on the ConvNet's held-out batches (benchmarks/labels_ensemble.py). The ensemble trails the
+evidence on one-step updates, where it is not used. Last, on any delta (after every route but RLU's on a model whose
+outputs do not depend on the input), the classes its output-layer update shows present for certain
+(auto_routes/shown.py's ``by_shown_on_delta``: at most three shown, bn-count's reading of the BN mixture projected onto
+them; two-class clients of the ConvNet held out 67.9 -> 88.4% trained, 68.2 -> 85.9% at random init); on a model without
+batch-statistics BN, client-fit's reading projected onto them (the DLG LeNets' two-class clients held out 83.7 -> 93.2%
+at random init, 65.0 -> 87.4% trained).
 
 ``--strategy evidence``: run every applicable count method (aux data where given, Gaussian dummies
 otherwise), score each distinct count vector by how well it explains the output layer's update under the model
@@ -30,12 +45,14 @@ otherwise), score each distinct count vector by how well it explains the output 
 ground truth), keep the best; ties go to the earlier method of the rules' order. Exact cases keep their rule: a
 batch of one (one step) is iDLG, a withheld output layer is GDBR.
 
-``--strategy ensemble``: the mean of the count methods' vectors everywhere.
-
 ``--strategy rules`` (the earlier behaviour, and the fallback when no candidate can be scored): a fixed
 preference by the softmax *spread*, the mean total-variation distance between each aux (or dummy) sample's
 softmax and their mean. Spread < 0.3 (input-independent outputs, e.g. early training): bias-count, then ZLG, then
 iLRG; otherwise (trained-like): LLG, then HFGI (docs/results/labels.md).
+
+The routes live in fedaudit/labels/auto_routes/, one family per module; their order and what each applies to is one
+table, ``auto_routes/table.py`` (``ROUTES``), read on the facts computed once per update (``Features``); this module
+walks it and names the route that answered in ``diagnostics.route``.
 """
 
 from __future__ import annotations
@@ -58,10 +75,15 @@ class Auto(LabelMethod):
     paper = "see docs/results/labels.md"
     options = (
         MethodOption("strategy", str, "hybrid", "evidence: score every candidate; rules: a fixed preference order; "
-                     "ensemble: the mean of the candidates' counts; hybrid: the route table (rules where they are exact, "
-                     "hidden-split, sample-split and bn-count on trained models' one-step uploads, bn-count's BN-mixture "
-                     "reading, client-fit or RLU on FedAvg deltas, the ensemble elsewhere; "
-                     "docs/results/labels.md)",
+                     "ensemble: the mean of the candidates' counts; hybrid: rules where they are exact (one step, "
+                     "input-independent outputs), hidden-split on trained models' one-step uploads where a hidden "
+                     "linear layer is wider than the batch, sample-split on those of B < C samples, "
+                     "bn-count on trained models' one-step uploads with BN buffers, LLG on "
+                     "few classes, bias-count on many classes of a trained model (three: bias-count or LLG by how much of "
+                     "the batch bias-count puts on the positive entries), "
+                     "client-fit (models without batch-statistics BatchNorm) or the "
+                     "ensemble on other FedAvg deltas (bn-count first on BN buffers' mixtures it explains), "
+                     "evidence elsewhere",
                      STRATEGIES),
         MethodOption("bn-aux-batches", str, "by-steps", "hybrid, FedAvg deltas with BN buffers: how bn-count's route "
                      "normalises the aux images (bn-count's --aux-batches; by-steps: matched from 4 local steps, "

@@ -1,11 +1,11 @@
 """FedAvg deltas whose BN buffers hold the mixture of the K local batches' statistics: bn-count's reading of that
-mixture, where it is kept (a rejected reading is noted in the diagnostics and the next route answers)."""
+mixture, where it is kept, and the checks that set a rejected reading beside the output layer's."""
 
 from __future__ import annotations
 
 import torch
 
-from fedaudit.labels.auto_routes.calibration import NEAR_AUX_TV, ONE_CLASS_SHARE
+from fedaudit.labels.auto_routes.calibration import AGREE_TV, DOUBT_MAX_CHANGE, DOUBT_SHARE, NEAR_AUX_TV, ONE_CLASS_SHARE
 from fedaudit.labels.auto_routes.common import Run, all_in_class, distance, ensemble_of, negative_entries, routed, run_each
 from fedaudit.labels.base import LabelResult
 from fedaudit.session import Session
@@ -26,7 +26,7 @@ def bn_one_class(tm: ThreatModel, run: Run) -> Run | None:
 
 
 def by_bn_mixture(tm: ThreatModel, session: Session, spread: float | None, notes: dict,
-                  aux_batches: str) -> LabelResult | None:
+                  aux_batches: str) -> tuple[LabelResult | None, Run | None]:
     """A FedAvg delta (K > 1) whose BN buffers hold the mixture of the K batches' statistics, with labelled aux
     images (at least MIN_AUX_PER_CLASS per class): bn-count (``--aux-batches aux_batches``) reads the mixture as one
     batch of B K samples. Kept where its counts explain the mixture to a relative residual below
@@ -35,19 +35,20 @@ def by_bn_mixture(tm: ThreatModel, session: Session, spread: float | None, notes
     wrong). On 36 held-out trained BN ConvNet clients it fired on 29 and gained 11.5 +- 2.6 points over the route
     below there (docs/results/labels.md, "bn-count on FedAvg deltas"); where it names the bias gradient's one
     negative class (``bn_one_class``), the whole client is that class. Otherwise its counts, residual and change are
-    noted (``bn_count_rejected``) and the route declines."""
+    noted and the route goes on (``doubts_one_class`` may still take them). Returns (the routed result or None,
+    bn-count's rejected run as ``run_each`` gives it, or None)."""
     from fedaudit.labels.bn_count import too_few_aux  # here: keeps the registry's order
 
     if session.aux is None or session.aux.labels is None:
-        return None
+        return None, None
     few = too_few_aux(session)
     if few:
         notes["bn_count_skipped"] = few
-        return None
+        return None, None
     runs, skipped = run_each(tm, session, ("bn-count",), {"bn-count": {"aux-batches": aux_batches}})
     if not runs:
         notes["bn_count_skipped"] = skipped.get("bn-count", "not applicable")
-        return None
+        return None, None
     d = runs[0][1].diagnostics
     fit = {"bn_count_fit": {k: d[k] for k in ("relative_residual", "relative_change", "aux_batches")}}
     # the one-class call reads the aux images under the mixture's statistics (as ONE_CLASS_SHARE was chosen):
@@ -59,19 +60,19 @@ def by_bn_mixture(tm: ThreatModel, session: Session, spread: float | None, notes
             how = run[1].diagnostics.get("aux_batches")
             return routed(single, "hybrid, one class (BN mixture)", spread, 1,
                           {"bn_count_counts": run[1].counts_int.tolist(), "multi_step_aware": True,
-                           "bn_count_fit": {**fit["bn_count_fit"], "one_class_reading": how}})
+                           "bn_count_fit": {**fit["bn_count_fit"], "one_class_reading": how}}), None
     if not d["mixture_doubts"]:
         near = _by_near_aux_mix(tm, session, spread, runs[0])
         if near is not None:
             near.diagnostics.update(fit)
-            return near
+            return near, None
         return routed(runs[0], "hybrid, BN statistics (mixture of the local batches)", spread,
-                      negative_entries(tm), fit)
+                      negative_entries(tm), fit), None
     notes["bn_count_rejected"] = {"counts": runs[0][1].counts_int.tolist(),
                                   "relative_residual": float(d["relative_residual"]),
                                   "relative_change": d["relative_change"], "aux_batches": d["aux_batches"],
                                   "why": "; ".join(d["mixture_doubts"])}
-    return None
+    return None, runs[0]
 
 
 def _mixture_reading(tm: ThreatModel, session: Session, run: Run) -> list[Run]:
@@ -101,3 +102,36 @@ def _by_near_aux_mix(tm: ThreatModel, session: Session, spread: float | None, ru
     result.diagnostics.update(strategy="hybrid, BN statistics and bias-count (near the aux mix)",
                               distance_to_aux_mix=gap, negative_bias_entries=negative_entries(tm))
     return result
+
+
+def by_agreement(tm: ThreatModel, session: Session, spread: float | None, negative: int, rejected: Run,
+                 route: Run) -> tuple[LabelResult | None, float | None]:
+    """The many-classes route's bias-count run (``route``) on a FedAvg delta whose BN-mixture reading by bn-count
+    was rejected (``rejected``): where that reading and LLG's lie within AGREE_TV (total variation) of each other,
+    the mean of the three count vectors (a skewed client, which bias-count reads as spread like the aux set).
+    Returns (that result or None, the readings' distance; None where LLG does not apply)."""
+    llg, _ = run_each(tm, session, ("llg",))
+    if not llg:
+        return None, None
+    gap = distance(rejected[1].counts_int, llg[0][1].counts_int)
+    if gap >= AGREE_TV:
+        return None, gap
+    result = ensemble_of([rejected, llg[0], route], {}, spread)
+    assert result is not None  # three runs: the ensemble always forms
+    result.diagnostics.update(strategy="hybrid, many classes (BN reading and LLG agree)",
+                              readings_distance=gap, negative_bias_entries=negative)
+    return result, gap
+
+
+def doubts_one_class(rejected: Run | None, claimed: int) -> bool:
+    """Whether bn-count's rejected reading of a FedAvg delta's BN mixture (``rejected``, None where there is none),
+    which weighs every local step's batch, doubts a one-class reading of ``claimed`` from the output layer, whose
+    update shows mostly the last steps' batches: it puts less than DOUBT_SHARE of the batch on that class, with
+    the model moving less than DOUBT_MAX_CHANGE of its norm (a non-IID client whose batches come one class after
+    another)."""
+    if rejected is None:
+        return False
+    change = rejected[1].diagnostics.get("relative_change")
+    counts = rejected[1].counts_int
+    return change is not None and change < DOUBT_MAX_CHANGE \
+        and float(counts[claimed]) < DOUBT_SHARE * float(counts.sum())

@@ -22,9 +22,6 @@ class Calibrated:
 
 
 CALIBRATION: dict[str, Calibrated] = {}
-# Removed with the class-count routes (issue 66's pruning, 2026-11-29; docs/results/labels.md, "Which routes earn their
-# place"): FEW_CLASSES, MANY_CLASSES, INVISIBLE_SHARE, DOUBT_SHARE, DOUBT_MAX_CHANGE, AGREE_TV. On held-out clients
-# those routes did not beat the plain ensemble (many classes -0.4 +- 2.1 points, few classes -4.0 +- 3.6).
 
 
 def _c(name: str, value, decides: str, chosen_on: str, held_out: str, source: str, date: str):
@@ -49,12 +46,29 @@ INPUT_INDEPENDENT = _c(
     "ResNet-10 and ResNet-18 FedAvg deltas", "2026-11-28")
 ONE_CLASS_SHARE = _c(
     "ONE_CLASS_SHARE", 0.8,
-    "bn-count's reading (of a one-step upload's BN buffers, or of a FedAvg delta's BN mixture) that puts at least "
-    "this share on the one negative output-bias entry's class reads as a single-class batch",
+    "one negative output-bias entry and at least this share of the batch on that class (bn-count, or LLG with HFGI "
+    "agreeing) reads as a single-class batch",
     "benchmarks.labels --bn-buffers, trained ConvNet and ResNet-10 (91/94 -> 93/94 with the check)",
-    "benchmarks.labels_bn_two_class: fires only on 90/10 batches (3 of 4 at B = 8), costing the minority; "
-    "benchmarks.labels_routes: 4 held-out one-class clients with BN buffers (UCI digits) read 100%",
+    "benchmarks.labels_bn_two_class: fires only on 90/10 batches (3 of 4 at B = 8), costing the minority",
     "BN statistics; One class without BN buffers", "2026-11-24")
+FEW_CLASSES = _c(
+    "FEW_CLASSES", 2,
+    "at most this many negative output-bias entries reads as a non-IID batch of few classes: LLG",
+    "benchmarks.labels_fedavg --models lenet (16 two-class rows with K > 1: 62 -> 74%)",
+    "FedSGD table's trained rows: +3 points on every row (single-class and repeated batches); tests/test_rlu.py",
+    "Many classes", "2026-11-23")
+MANY_CLASSES = _c(
+    "MANY_CLASSES", 4,
+    "trained-like outputs and at least this many negative entries reads as a batch over many classes: bias-count",
+    "cached trained DLG LeNet FedSGD batches, trials 0-7",
+    "the other three trained rows: 81 -> 86 (PyTorch LeNet), 73 -> 79 (ConvNet), 86 -> 88 (ResNet-10)",
+    "Many classes", "2026-11-24")
+INVISIBLE_SHARE = _c(
+    "INVISIBLE_SHARE", 0.6,
+    "three negative entries: bias-count where it puts more than this share on the positive entries' classes, else LLG",
+    "main table's trained batches with three negative entries, trials 0-3 (42 batches; 0.6-0.625 best)",
+    "78 more batches (trials 4-11): 74.3% InsAcc against the evidence's 69.3",
+    "Three negative entries", "2026-11-26")
 SPLIT_MAX_FIT = _c(
     "SPLIT_MAX_FIT", 1e-2,
     "sample-split's answer is kept where its fit is at most this",
@@ -87,12 +101,29 @@ MIXTURE_MAX_CHANGE = _c(
     "MIXTURE_MAX_CHANGE", 0.01,
     "... and where the model moved less than this share of its norm",
     "the same 18 clients", "the same 36 held-out clients", "bn-count on FedAvg deltas", "2026-11-26")
+DOUBT_SHARE = _c(
+    "DOUBT_SHARE", 0.6,
+    "a one-class reading is doubted where bn-count's rejected reading of the BN mixture puts less than this share there",
+    "labels_fedavg's trained-ConvNet clients, trials 0-2 (bn-count put 0.19-0.53 on two-class, 0.64-1.0 on one-class)",
+    "trials 3-5: two-class clients 57.0 -> 64.5 (K 4/8), one-class 95.6 -> 99.0",
+    "Two-class FedAvg clients", "2026-11-27")
+DOUBT_MAX_CHANGE = _c(
+    "DOUBT_MAX_CHANGE", 0.05,
+    "... and the model moved less than this share of its norm",
+    "the same clients (bn-count led below a change of 0.043, fell behind from 0.082)",
+    "the same held-out trials", "Two-class FedAvg clients", "2026-11-27")
 NEAR_AUX_TV = _c(
     "NEAR_AUX_TV", 0.25,
     "bn-count's accepted reading within this total-variation distance of the aux mix is averaged with bias-count",
     "labels_fedavg's trained-ConvNet random and Dirichlet clients, trials 0-2 (0.25 and 0.3 alike)",
     "held-out client set 4: 87.0 -> 87.8; K = 2 within the noise",
     "Near the aux mix", "2026-11-27")
+AGREE_TV = _c(
+    "AGREE_TV", 0.5,
+    "a rejected BN reading and LLG's within this total-variation distance: the mean of bias-count, the reading and LLG",
+    "trained BN ConvNet clients, K 4/8, momentum 0.9, trials 0-5",
+    "trials 6-11: Dirichlet clients +6.9 +- 2.5 points per client, random -1.3 +- 1.0",
+    "Two readings agree", "2026-11-27")
 FEW_SHOWN = _c(
     "FEW_SHOWN", 3,
     "at most this many classes shown present for certain reads as a batch of those classes only",

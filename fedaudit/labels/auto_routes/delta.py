@@ -1,4 +1,4 @@
-"""FedAvg deltas (several local steps) no split or BN route took: client-fit, RLU where the outputs do not
+"""FedAvg deltas (several local steps) no class-count or BN route took: client-fit, RLU where the outputs do not
 depend on the input, else the mean of the count methods (the ensemble, also ``--strategy ensemble``)."""
 
 from __future__ import annotations

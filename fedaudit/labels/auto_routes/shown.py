@@ -10,7 +10,7 @@ import torch
 
 from fedaudit.labels import presence
 from fedaudit.labels.auto_routes import delta
-from fedaudit.labels.auto_routes.calibration import FEW_SHOWN, SHOWN_MEAN_STEPS
+from fedaudit.labels.auto_routes.calibration import FEW_SHOWN, INPUT_INDEPENDENT, SHOWN_MEAN_STEPS
 from fedaudit.labels.auto_routes.common import (
     batch_statistics,
     candidate_counts,
@@ -19,6 +19,7 @@ from fedaudit.labels.auto_routes.common import (
     parameters,
     read_shown,
     regime,
+    routed,
     run_each,
 )
 from fedaudit.labels.base import LabelResult
@@ -36,7 +37,8 @@ def by_shown_classes(tm: ThreatModel, session: Session, spread: float | None, re
     classes whose output-weight-gradient row has a negative entry are present for certain
     (fedaudit/labels/presence.py). Where at most FEW_SHOWN are shown, the batch is read as those classes only:
     the mean of the SHOWN_MEMBERS' counts, each projected onto them (a count method spreads a few-class batch over
-    absent classes); where more are shown, every shown class gets at least one sample. Not after the
+    absent classes); where more are shown, a route that read the batch as a few-class one (LLG, by at most three
+    negative bias entries) gives way to bias-count, and every shown class gets at least one sample. Not after the
     routes that read BN buffers (not measured) or where the test cannot be read (the reason is reported in
     ``shown_classes``)."""
     d = result.diagnostics
@@ -61,10 +63,12 @@ def by_shown_classes(tm: ThreatModel, session: Session, spread: float | None, re
 
 
 def _with_shown(tm: ThreatModel, session: Session, spread: float | None, result: LabelResult,
-                min_feature: float | None, few: Few) -> LabelResult:
+                min_feature: float | None, few: Few, reroute: str | None = "bias-count") -> LabelResult:
     """The shown-classes step around ``few(shown, info)``, the answer where at most FEW_SHOWN classes are shown
-    (None: go on); every shown class gets at least one sample. The classes, each row's relative minimum and the
-    route's answer (``before``) go to ``diagnostics.shown_classes``, or why the test cannot be read."""
+    (None: go on): where more are shown, a route that read the batch as a few-class one (LLG) gives way to
+    ``reroute`` (the many-classes route's method; None: no reroute); every shown class gets at least one sample.
+    The classes, each row's relative minimum and the route's answer (``before``) go to
+    ``diagnostics.shown_classes``, or why the test cannot be read."""
     d = result.diagnostics
     why, classes, minima = read_shown(tm, session, min_feature)
     if classes is None or minima is None:
@@ -81,6 +85,12 @@ def _with_shown(tm: ThreatModel, session: Session, spread: float | None, result:
         answer = few(classes, info)
         if answer is not None:
             return answer
+    elif reroute and d.get("chosen") == "llg" \
+            and d.get("strategy") in ("hybrid, few classes", "hybrid, three classes"):
+        runs, _ = run_each(tm, session, (reroute,))
+        if runs:
+            info["rerouted"] = f"more classes shown than the route's few-class reading: {reroute}"
+            result = routed(runs[0], d["strategy"] + ", rerouted by shown classes", spread, negative_entries(tm), {})
     floored = presence.floor(result.counts_int, classes)
     if not torch.equal(floored, result.counts_int):
         info["floored"] = True
@@ -108,26 +118,26 @@ def by_shown_on_delta(tm: ThreatModel, session: Session, result: LabelResult, no
     models' trained-ConvNet and LeNet clients of 4-8 steps the test showed no absent class. Where at most
     FEW_SHOWN classes are shown, the counts are a reading that weighs every step's batch, projected onto them
     (the output layer shows mostly the last steps': a two-class client in class order reads as its second class
-    there); else the route's counts projected. Where more are shown, every shown class gets at least one sample.
-    The multi-step reading, by model:
+    there, and LLG, the few-class route, follows it); else the route's counts projected. Where more are shown
+    and the route read a few-class batch (LLG), the many-classes route's method; every shown class gets at least
+    one sample. The multi-step reading, by model:
 
     * BatchNorm with batch statistics: bn-count's reading of the BN mixture (accepted or rejected; the route's
       counts where bn-count did not run), up to ``mean_steps`` local steps (option shown-mean-steps) averaged with
-      bias-count's counts on the shown classes (both readings go to ``shown_classes``) (held out on another
-      trained ConvNet: two-class clients 67.9 -> 88.4%, the others unchanged;
+      bias-count's counts on the shown classes (both readings go to ``shown_classes``); more shown: bias-count
+      (held out on another trained ConvNet: two-class clients 67.9 -> 88.4%, the others unchanged;
       docs/results/labels.md, "Shown classes on FedAvg deltas"; at random init, "Shown classes on the BN ConvNet
       at random init");
-    * other models: client-fit's counts (the route's own where it ran) (docs/results/labels.md, "Shown classes on the LeNets' deltas").
+    * other models: client-fit's counts (the route's own where it ran); more shown: client-fit
+      (docs/results/labels.md, "Shown classes on the LeNets' deltas").
 
-    After every route, RLU's on input-independent outputs included: the step had skipped that one (RLU's model is
-    exact there) while a few-class route sent two-class clients of such models to LLG, whose reading the step
-    replaced; with that route gone, client-fit's projected reading keeps them (the PyTorch-init LeNet's class-ordered
-    two-class client: RLU 0.72, projected client-fit 0.875; docs/results/labels.md, "Which routes earn their
-    place")."""
+    Where the outputs do not depend on the input (spread below INPUT_INDEPENDENT) RLU's model is exact and its
+    route is kept; the step runs there after the other routes only (LLG's few classes: the PyTorch-init LeNet's
+    two-class clients; docs/results/labels.md, "Shown classes on the LeNets' deltas")."""
     d = result.diagnostics
     spread = d.get("softmax_spread")
     bn = batch_statistics(tm)
-    if spread is None:
+    if spread is None or spread < INPUT_INDEPENDENT and d.get("chosen") == "rlu":
         return result
     fits = not bn and parameters(tm) <= delta.CLIENT_FIT_MAX_PARAMETERS
 
@@ -154,7 +164,7 @@ def by_shown_on_delta(tm: ThreatModel, session: Session, result: LabelResult, no
             "negative_bias_entries": negative_entries(tm), "shown_classes": info,
             "multi_step_aware": reading is not None or bool(d.get("multi_step_aware"))}, result.warnings)
 
-    return _with_shown(tm, session, spread, result, None, few)
+    return _with_shown(tm, session, spread, result, None, few, "bias-count" if bn else "client-fit" if fits else None)
 
 
 def _shown_mean_partner(tm: ThreatModel, session: Session, result: LabelResult) -> torch.Tensor | None:

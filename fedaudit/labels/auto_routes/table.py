@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from fedaudit.labels.auto_routes import bn_mixture, bn_statistics, delta, evidence, rules, shown, split
+from fedaudit.labels.auto_routes import bn_mixture, class_count, delta, evidence, rules, shown, split
 from fedaudit.labels.auto_routes.calibration import SPREAD_THRESHOLD
-from fedaudit.labels.auto_routes.common import batch_statistics, input_independent, probe_head
+from fedaudit.labels.auto_routes.common import Run, batch_statistics, input_independent, probe_head
 from fedaudit.labels.base import LabelResult
 from fedaudit.session import Session
 from fedaudit.threat_model import ThreatModel
@@ -52,18 +52,18 @@ class Features:
     @property
     def fallback(self) -> str:
         """The strategy the generic routes follow: hybrid's, once its own routes declined, is the rules where they
-        are exact, else the plain ensemble (on one-step uploads too: held out, the evidence trailed it there by
-        10.2 +- 2.4 points; docs/results/labels.md, "Which routes earn their place")."""
+        are exact, the ensemble on FedAvg deltas and the evidence on one-step uploads."""
         if not self.hybrid:
             return self.strategy
-        return "rules" if self.rules_exact else "ensemble"
+        return "rules" if self.rules_exact else "ensemble" if self.multi_step else "evidence"
 
 
 @dataclass
 class State:
-    """The notes every route adds to the diagnostics (what a route tried and why it declined)."""
+    """What one route leaves for a later one, and the notes every route adds to the diagnostics."""
 
     notes: dict = field(default_factory=dict)
+    rejected: Run | None = None  # bn-count's reading of a BN mixture that failed its checks (bn-mixture -> class-count)
 
 
 RouteRun = Callable[[ThreatModel, Session, Features, State, dict], LabelResult | None]
@@ -87,14 +87,13 @@ def _sample_split(tm, session, f, state, opts):
 
 
 def _bn_mixture(tm, session, f, state, opts):
-    return bn_mixture.by_bn_mixture(tm, session, f.spread, state.notes, opts["bn-aux-batches"])
+    result, state.rejected = bn_mixture.by_bn_mixture(tm, session, f.spread, state.notes, opts["bn-aux-batches"])
+    return result
 
 
-def _ensemble(tm, session, f, state, opts):
-    result = delta.by_ensemble(tm, session, f.spread)
-    if result is None or not f.hybrid or f.multi_step:
-        return result  # a delta's shown-classes step follows in Auto.run
-    return shown.by_shown_classes(tm, session, f.spread, result, min_feature=f.min_feature)
+def _class_count(tm, session, f, state, opts):
+    result = class_count.by_class_count(tm, session, f.spread, state.rejected)
+    return None if result is None else shown.by_shown_classes(tm, session, f.spread, result, min_feature=f.min_feature)
 
 
 def _evidence(tm, session, f, state, opts):
@@ -116,9 +115,8 @@ ROUTES: tuple[Route, ...] = (
     Route("bn-mixture", lambda f: _trained_one_step_or_delta(f) and f.multi_step and f.batch_statistics
           and not f.input_independent, _bn_mixture,
           "a FedAvg delta's BN buffers: bn-count's reading of the K batches' mixture (bn_mixture.py)"),
-    Route("bn-statistics", lambda f: _trained_one_step_or_delta(f) and not f.multi_step,
-          lambda tm, s, f, st, o: bn_statistics.by_bn_statistics(tm, s, f.spread, st.notes),
-          "one-step uploads with BN buffers and labelled aux images: bn-count's reading (bn_statistics.py)"),
+    Route("class-count", _trained_one_step_or_delta, _class_count,
+          "the number of negative output-bias entries: few classes, many classes, three (class_count.py)"),
     Route("client-fit", lambda f: f.hybrid and f.multi_step and not f.batch_statistics and not f.exact,
           lambda tm, s, f, st, o: delta.by_client_fit(tm, s, f.spread),
           "FedAvg deltas without batch-statistics BN: the simulated client's step mixes (delta.py)"),
@@ -126,11 +124,12 @@ ROUTES: tuple[Route, ...] = (
           and f.input_independent and not f.exact,
           lambda tm, s, f, st, o: delta.by_rlu_input_independent(tm, s, f.spread),
           "input-independent outputs with BN: RLU's output-layer model is exact (delta.py)"),
-    Route("ensemble", lambda f: f.fallback == "ensemble" and not f.exact, _ensemble,
-          "every other update: the mean of the count methods' vectors (delta.py), the shown classes after it"),
+    Route("ensemble", lambda f: f.fallback == "ensemble" and not f.exact,
+          lambda tm, s, f, st, o: delta.by_ensemble(tm, s, f.spread),
+          "other FedAvg deltas: the mean of the count methods' vectors (delta.py)"),
     Route("evidence", lambda f: f.fallback in ("evidence", "ensemble") and not f.exact, _evidence,
-          "--strategy evidence, and where the ensemble has fewer than two members: the counts that best explain "
-          "the output layer (evidence.py)"),
+          "one-step uploads (and an ensemble of fewer than two): the counts that best explain the output layer "
+          "(evidence.py)"),
     Route("rules", lambda f: True, lambda tm, s, f, st, o: rules.by_rules(tm, s, f.spread),
           "the fixed preference by regime, and the exact cases (rules.py)"),
 )
