@@ -58,37 +58,49 @@ def buffered_update(spec, net, pool, trial: int, b: int, kind: str, bn: str):
     return server_view(spec, net, capture_update(net, spec, px[idx], py[idx], cfg)), py[idx]
 
 
+def network(train_xy, family: str, state: str):
+    """(spec, the model at ``state``, its BN mode): random init, or trained with as many Adam steps as one epoch of
+    3,500 MNIST digits (labels_fedavg's models) on ``train_xy``."""
+    _, arch, kwargs, bn = FAMILY_MODELS[family]
+    spec, model = make_model(arch, kwargs)
+    if state == "random init":
+        return spec, model.eval(), bn
+    return spec, train(model, spec, train_xy, epochs=max(1, round(3500 / len(train_xy[1])))), bn
+
+
+def client(spec, net, pool, row: dict, bn: str):
+    """The threat model and true labels of the client ``row`` describes (trial, K, B, batch kind, buffers)."""
+    if row.get("buffers"):
+        return buffered_update(spec, net, pool, row["trial"], row["B"], row["batch"], bn)
+    return client_update(spec, net, pool, row["trial"], row["K"], row["B"], LR, 0.0, row["batch"], bn)
+
+
+KEPT = ("InsAcc", "counts", "s", "route", "strategy")  # what a record keeps of each method's reading
+
+
 def collect(out: Path, source: str, families: list[str], states: list[str], trials: range, threads: int,
             buffers: bool = False) -> None:
     torch.set_num_threads(threads)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "clients.jsonl"
     done = {_key(json.loads(line)) for line in path.read_text().splitlines()} if path.exists() else set()
-    train_xy, (ax, ay), (px, py) = data(dataset=source)
+    train_xy, (ax, ay), pool = data(dataset=source)
     aux = Aux(ax, ay, "images")
     with path.open("a") as f:
         for family in families:
-            label, arch, kwargs, bn = FAMILY_MODELS[family]
-            spec, model = make_model(arch, kwargs)
             for state in states:
                 net = None
                 for k, b, kind, t in itertools.product(GRID["K"], GRID["B"], GRID["batch"], trials):
-                    row = {"source": source, "family": family, "model": label, "state": state, "K": k, "B": b,
-                           "batch": kind, "trial": t, "buffers": buffers}
-                    if _key(row) in done:
-                        continue
+                    row = {"source": source, "family": family, "model": FAMILY_MODELS[family][0], "state": state,
+                           "K": k, "B": b, "batch": kind, "trial": t, "buffers": buffers}
+                    if _key(row) in done or buffers and k > 1:
+                        continue  # buffers: a delta carries them anyway, the default grid has those clients
                     if net is None:
-                        # trained: as many Adam steps as one epoch of 3,500 MNIST digits (labels_fedavg's models)
-                        epochs = max(1, round(3500 / len(train_xy[1])))
-                        net = model.eval() if state == "random init" else train(model, spec, train_xy, epochs=epochs)
-                    if buffers and k > 1:
-                        continue  # a delta carries its buffers anyway: the default grid has those clients
-                    tm, truth = (buffered_update(spec, net, (px, py), t, b, kind, bn) if buffers
-                                 else client_update(spec, net, (px, py), t, k, b, LR, 0.0, kind, bn))
+                        spec, net, bn = network(train_xy, family, state)
+                    tm, truth = client(spec, net, pool, row, bn)
                     results = run_methods(tm, truth, aux, seed=t, methods=METHODS)
                     row.update(floor=floor_of(truth)["InsAcc"],
-                               methods={m: {key: r[key] for key in ("InsAcc", "counts", "s", "route", "strategy") if key in r}
-                                        for m, r in results.items()})
+                               methods={m: {key: r[key] for key in KEPT if key in r} for m, r in results.items()})
                     f.write(json.dumps(row) + "\n")
                     f.flush()
                     print(f"{source} {family} {state} K={k} B={b} {kind} t={t}: auto "
@@ -120,19 +132,12 @@ def rerun(out: Path, tag: str, routes: list[str] | None, threads: int, method: s
             if (source, family, state) not in cache:
                 cache.clear()  # one model at a time: the rows come grouped
                 train_xy, (ax, ay), pool = data(dataset=source)
-                label, arch, kwargs, bn = FAMILY_MODELS[family]
-                spec, model = make_model(arch, kwargs)
-                epochs = max(1, round(3500 / len(train_xy[1])))
-                net = model.eval() if state == "random init" else train(model, spec, train_xy, epochs=epochs)
-                cache[(source, family, state)] = (spec, net, bn, pool, Aux(ax, ay, "images"))
+                cache[(source, family, state)] = (*network(train_xy, family, state), pool, Aux(ax, ay, "images"))
             spec, net, bn, pool, aux = cache[(source, family, state)]
-            tm, truth = (buffered_update(spec, net, pool, row["trial"], row["B"], row["batch"], bn)
-                         if row.get("buffers") else
-                         client_update(spec, net, pool, row["trial"], row["K"], row["B"], LR, 0.0, row["batch"], bn))
+            tm, truth = client(spec, net, pool, row, bn)
             results = run_methods(tm, truth, aux, seed=row["trial"], methods=[method])
             record = {k: row[k] for k in ("source", "family", "state", "K", "B", "batch", "trial")}
-            record["auto"] = {key: results[method][key] for key in ("InsAcc", "counts", "s", "route", "strategy")
-                              if key in results[method]}
+            record["auto"] = {key: results[method][key] for key in KEPT if key in results[method]}
             record["method"] = method
             f.write(json.dumps(record) + "\n")
             f.flush()
