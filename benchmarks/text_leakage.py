@@ -29,8 +29,7 @@ from fedaudit.attacks.text import TEXT_ATTACKS
 from fedaudit.client.text_capture import capture_text_gradient
 from fedaudit.io.text_checkpoint import TextCheckpoint
 from fedaudit.metrics.text import text_scores
-from fedaudit.models.text_extra import text_extra
-from fedaudit.models.text_tiny import EOS, corpus, train_tokenizer
+from fedaudit.models.text_tiny import corpus, gpt2, train_tokenizer
 
 OUT = RESULTS / "text_leakage.jsonl"
 GPT2_VOCAB = 50_257
@@ -50,18 +49,10 @@ def sentences() -> list[str]:
     return sorted(out)
 
 
-def model(tokenizer, width: int, layers: int, heads: int, positions: int, seed: int):
-    transformers = text_extra()
-    eos = tokenizer.token_to_id(EOS)
-    config = transformers.GPT2Config(vocab_size=GPT2_VOCAB, n_positions=positions, n_embd=width, n_layer=layers,
-                                     n_head=heads, bos_token_id=eos, eos_token_id=eos)
-    torch.manual_seed(seed)
-    return transformers.GPT2LMHeadModel(config).eval()
-
-
 def run(width: int, layers: int, heads: int, b: int, t: int, seed: int, tokenizer) -> dict:
     lines = random.Random(seed).sample(sentences(), b)
-    ckpt = TextCheckpoint(model(tokenizer, width, layers, heads, 1024, seed), tokenizer, "gpt2", "decoder", "benchmark", "")
+    net = gpt2(tokenizer, width, layers, heads, positions=1024, seed=seed, vocab_size=GPT2_VOCAB)
+    ckpt = TextCheckpoint(net, tokenizer, "gpt2", "decoder", "benchmark", "")
     grads, meta, batch = capture_text_gradient(ckpt, lines, max_length=t)
     t0 = time.perf_counter()
     result = TEXT_ATTACKS.get("dager")().run(ckpt, grads, meta.batch_size)

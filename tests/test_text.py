@@ -79,6 +79,10 @@ def test_a_folder_with_weights_of_another_config_is_refused(tokenizer, tmp_path)
     (path / "config.json").write_text(json.dumps({**config, "n_embd": 32}))
     with pytest.raises(InputError, match="shape"):
         load_text_checkpoint(path)
+    # an untied output matrix must be stored: only a tied one may be left out (it is the embedding)
+    (path / "config.json").write_text(json.dumps({**config, "tie_word_embeddings": False}))
+    with pytest.raises(InputError, match="missing tensor 'lm_head.weight'"):
+        load_text_checkpoint(path)
     (path / "config.json").write_text(json.dumps({**config, "model_type": "mamba"}))
     with pytest.raises(InputError, match="not supported"):
         load_text_checkpoint(path)

@@ -62,10 +62,9 @@ def next_token_loss(model: torch.nn.Module, batch: TextBatch) -> torch.Tensor:
 def text_gradient(ckpt: TextCheckpoint, batch: TextBatch) -> dict[str, torch.Tensor]:
     """The gradient of :func:`next_token_loss` on ``batch``, by state_dict name."""
     model = ckpt.model.eval()  # dropout off: the server's forward is the client's (DAGER's exact checks need it)
-    names = [n for n, p in model.named_parameters() if p.requires_grad]
-    params = [p for n, p in model.named_parameters() if p.requires_grad]
-    grads = torch.autograd.grad(next_token_loss(model, batch), params, allow_unused=True)
-    return {n: g.detach().contiguous() for n, g in zip(names, grads) if g is not None}
+    params = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    grads = torch.autograd.grad(next_token_loss(model, batch), list(params.values()), allow_unused=True)
+    return {n: g.detach().contiguous() for n, g in zip(params, grads) if g is not None}
 
 
 def capture_text_gradient(ckpt: TextCheckpoint, lines: list[str], max_length: int = 32) -> tuple[dict[str, torch.Tensor], UpdateMeta, TextBatch]:

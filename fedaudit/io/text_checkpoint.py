@@ -15,12 +15,14 @@ from typing import Any
 import torch
 
 from fedaudit.errors import InputError
+from fedaudit.io.checkpoint import load_state_strict
 from fedaudit.io.files import atomic_write_bytes, atomic_write_text, read_safetensors, safetensors_bytes, sha256_file
 from fedaudit.models.text_extra import text_extra
 
 CONFIG, WEIGHTS, TOKENIZER = "config.json", "model.safetensors", "tokenizer.json"
 # model_type -> (transformers class name, the decoder/encoder kind DAGER's search follows)
 FAMILIES = {"gpt2": ("GPT2LMHeadModel", "decoder")}
+OUTPUT, EMBEDDING = "lm_head.weight", "transformer.wte.weight"  # GPT-2's output matrix and the embedding it ties to
 
 
 @dataclass
@@ -77,21 +79,9 @@ def load_text_checkpoint(path: str | Path) -> TextCheckpoint:
             model = getattr(transformers, cls_name)(hf_config)
     except (TypeError, ValueError) as exc:
         raise InputError(f"{folder / CONFIG}: cannot build the model ({exc})") from None
-    expected = model.state_dict()
-    tied = {k for k in expected if k not in state and k == "lm_head.weight"}  # GPT-2 ties it to the embedding
-    missing = sorted(set(expected) - set(state) - tied)
-    extra = sorted(set(state) - set(expected))
-    if missing or extra:
-        raise InputError(f"{folder / WEIGHTS} does not match {CONFIG}: "
-                         + (f"missing {missing[:3]}" if missing else f"unexpected {extra[:3]}"))
-    for k, v in state.items():
-        if tuple(v.shape) != tuple(expected[k].shape):
-            raise InputError(f"{folder / WEIGHTS}: {k} has shape {tuple(v.shape)}, the config says {tuple(expected[k].shape)}")
-        if v.is_floating_point() and not torch.isfinite(v).all():
-            raise InputError(f"{folder / WEIGHTS}: {k} holds NaN or Inf")
-    model.load_state_dict(state, strict=False)
-    if tied:
-        model.tie_weights()
+    if hf_config.tie_word_embeddings and OUTPUT not in state and EMBEDDING in state:
+        state = {**state, OUTPUT: state[EMBEDDING]}  # tied: the output matrix is the embedding, stored once
+    load_state_strict(model, state, str(folder / WEIGHTS))  # missing, extra, misshapen, NaN/Inf: one line each
     model.eval()
     try:
         tokenizer = Tokenizer.from_file(str(folder / TOKENIZER))
@@ -108,9 +98,8 @@ def save_text_checkpoint(path: str | Path, model: Any, tokenizer: Any) -> Path:
     """Write ``model`` and ``tokenizer`` as a folder :func:`load_text_checkpoint` reads (each file atomically)."""
     folder = Path(path)
     folder.mkdir(parents=True, exist_ok=True)
-    tied = getattr(model.config, "tie_word_embeddings", True)  # the output matrix is the embedding's: stored once
-    state = {k: v.detach().contiguous().clone() for k, v in model.state_dict().items()
-             if not (tied and k == "lm_head.weight")}
+    tied = model.config.tie_word_embeddings  # the output matrix is the embedding's: stored once
+    state = {k: v.detach().contiguous().clone() for k, v in model.state_dict().items() if not (tied and k == OUTPUT)}
     atomic_write_bytes(folder / WEIGHTS, safetensors_bytes(state, {"format": "pt"}))
     atomic_write_text(folder / CONFIG, json.dumps(model.config.to_diff_dict(), indent=1, sort_keys=True))
     atomic_write_text(folder / TOKENIZER, tokenizer.to_str())

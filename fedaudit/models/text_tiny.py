@@ -48,11 +48,13 @@ def train_tokenizer(vocab_size: int = 2000, extra: list[str] | None = None) -> A
     return tok
 
 
-def gpt2(tokenizer: Any, width: int = 64, layers: int = 2, heads: int = 2, positions: int = 64, seed: int = 0) -> torch.nn.Module:
-    """A GPT-2 decoder at random init (seeded) for ``tokenizer``'s vocabulary, in eval mode."""
+def gpt2(tokenizer: Any, width: int = 64, layers: int = 2, heads: int = 2, positions: int = 64, seed: int = 0,
+         vocab_size: int | None = None) -> torch.nn.Module:
+    """A GPT-2 decoder at random init (seeded) for ``tokenizer``'s vocabulary (``vocab_size`` embedding rows where
+    given, e.g. GPT-2's 50,257 for a smaller tokenizer), in eval mode."""
     transformers = text_extra()
     eos = tokenizer.token_to_id(EOS)
-    config = transformers.GPT2Config(vocab_size=tokenizer.get_vocab_size(), n_positions=positions, n_embd=width,
+    config = transformers.GPT2Config(vocab_size=vocab_size or tokenizer.get_vocab_size(), n_positions=positions, n_embd=width,
                                      n_layer=layers, n_head=heads, bos_token_id=eos, eos_token_id=eos)
     torch.manual_seed(seed)
     return transformers.GPT2LMHeadModel(config).eval()
