@@ -21,7 +21,7 @@ PATH = Path(__file__).with_name("catalog.json")
 TYPES: dict[str, type] = {"str": str, "int": int, "float": float, "bool": bool}
 # family -> (package whose import fills the registry, registry attribute)
 FAMILIES = {"labels": ("fedaudit.labels", "LABEL_METHODS"), "attacks": ("fedaudit.attacks", "ATTACKS"),
-            "defenses": ("fedaudit.defenses", "DEFENSES")}
+            "defenses": ("fedaudit.defenses", "DEFENSES"), "text_attacks": ("fedaudit.attacks.text", "TEXT_ATTACKS")}
 
 
 @dataclass(frozen=True)

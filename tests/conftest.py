@@ -80,11 +80,11 @@ def stdout_documents_follow_their_schema(monkeypatch):
     def checked(obj, *args, **kwargs):
         text = real(obj, *args, **kwargs)
         if isinstance(obj, dict) and "tool" in obj:  # a record in an output folder (new_report's head)
-            name = record_of[obj["command"]]
+            name = "text-report" if obj.get("modality") == "text" else record_of[obj["command"]]
             assert obj.get("schema_version") == RECORDS[name][1]
             validate(name, text)
         elif isinstance(obj, dict) and obj.get("schema_version") == STDOUT_SCHEMA_VERSION:
-            validate(obj.get("command"), text)
+            validate(obj["command"] + ("-text" if obj.get("modality") == "text" else ""), text)
         return text
 
     monkeypatch.setattr(files, "dumps_json", checked)

@@ -23,7 +23,8 @@ from fedaudit.threat_model import ThreatModel
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "sample_updates"
-SAMPLE_NAMES = sorted(p.name for p in SAMPLES.iterdir() if (p / "update.safetensors").exists())
+# the image samples (the text sample, gpt2_tiny_b4, holds a model folder: tests/test_text_cli.py reads it)
+SAMPLE_NAMES = sorted(p.name for p in SAMPLES.iterdir() if (p / "checkpoint.safetensors").exists())
 CIFAR_SPEC = ModelSpec("lenet", 10, (3, 32, 32), CIFAR10_MEAN, CIFAR10_STD)
 
 

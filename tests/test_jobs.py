@@ -150,12 +150,12 @@ LAYERS = [
     {"models"},
     {"metrics", "io", "report"},
     {"conversion"},
-    {"threat_model"},
+    {"threat_model", "text_threat_model"},
     {"requirements", "session", "client", "channels"},
     {"methods"},
     {"labels", "attacks"},
     {"defenses", "verdict"},
-    {"inspection", "jobs", "integrations", "catalog"},
+    {"inspection", "text_inspection", "jobs", "integrations", "catalog"},
     {"cli", "__main__"},
 ]
 

@@ -18,7 +18,8 @@ from .schemas import validate
 
 def test_the_published_schemas_are_generated_from_the_types():
     assert schema.main(["--check"]) == 0, "run: python -m fedaudit.report.schema"
-    assert set(DOCUMENTS) == {"reconstruct", "labels", "inspect", "score", "audit", "audit-round", "defend", "capture"}
+    assert set(DOCUMENTS) == {"reconstruct", "labels", "inspect", "score", "audit", "audit-round", "defend", "capture",
+                              "reconstruct-text", "inspect-text", "capture-text"}
 
 
 @pytest.mark.slow

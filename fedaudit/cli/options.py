@@ -60,7 +60,9 @@ class LpipsNet(str, Enum):
     alex = "alex"
 
 
-CheckpointArg = Annotated[Path, typer.Argument(help="Global checkpoint (.safetensors with fedaudit.* metadata).", show_default=False)]
+CheckpointArg = Annotated[Path, typer.Argument(help=(
+    "Global checkpoint (.safetensors with fedaudit.* metadata), or a Hugging Face language-model folder (config.json, "
+    "model.safetensors, tokenizer.json) for text commands."), show_default=False)]
 UpdateArg = Annotated[Path, typer.Argument(help="Recorded client update (.safetensors).", show_default=False)]
 OutputOpt = Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the JSON result here (atomically) instead of stdout.")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No tables or progress on stderr (errors still print).")]

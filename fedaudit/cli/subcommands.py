@@ -48,10 +48,17 @@ def _command(family: Family, info: MethodInfo, params: list[P], handler: Callabl
     return handle_errors(command)
 
 
+Handler = Callable[[Any, dict[str, Any], dict[str, Any]], None]
+
+
 def method_subcommands(app: typer.Typer, name: str, help_text: str, family: Family,
-                       params: Callable[[MethodInfo], list[P]], handler: Callable[[Any, dict[str, Any], dict[str, Any]], None]) -> None:
-    """Add ``fedaudit NAME <method>`` for every method of the catalog ``family``: ``params(info)`` are the shared flags."""
+                       params: Callable[[MethodInfo], list[P]], handler: Handler,
+                       more: tuple[tuple[Family, Callable[[MethodInfo], list[P]], Handler], ...] = ()) -> None:
+    """Add ``fedaudit NAME <method>`` for every method of the catalog ``family``: ``params(info)`` are the shared flags;
+    ``more``: other families in the same group (the text attacks beside the image ones), each with its flags and
+    handler."""
     group = typer.Typer(no_args_is_help=True, help=help_text)
-    for method_name, info in family:
-        group.command(method_name)(_command(family, info, params(info), handler))
+    for fam, make_params, handle in ((family, params, handler), *more):
+        for method_name, info in fam:
+            group.command(method_name)(_command(fam, info, make_params(info), handle))
     app.add_typer(group, name=name)

@@ -1,14 +1,16 @@
 """Record what a client fine-tuning a language model would upload from a batch of text lines.
 
-FedSGD, next-token prediction: each line is tokenised, cut to ``max_length - 1`` tokens and ended with the
-end-of-sequence token (as causal-LM fine-tuning data is prepared, so the last word is predicted too), right-padded with
-that token; the loss is the mean cross-entropy over the real tokens (padding is masked out of attention and loss). The
-upload is the gradient of every parameter, keyed by the model's ``state_dict`` names, as the recorded-update format
-(docs/formats.md) stores image models' updates.
+Next-token prediction: each line is tokenised, cut to ``max_length - 1`` tokens and ended with the end-of-sequence
+token (as causal-LM fine-tuning data is prepared, so the last word is predicted too), right-padded with that token; the
+loss is the mean cross-entropy over the real tokens (padding is masked out of attention and loss). FedSGD uploads the
+gradient of every parameter on one batch of B lines; FedAvg (K local steps) uploads the weights' change after K SGD
+steps, each on the next B lines (cycling), as image captures do (fedaudit/client/capture.py). Both are keyed by the
+model's ``state_dict`` names, as the recorded-update format (docs/formats.md) stores image models' updates.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -69,9 +71,58 @@ def text_gradient(ckpt: TextCheckpoint, batch: TextBatch) -> dict[str, torch.Ten
 
 def capture_text_gradient(ckpt: TextCheckpoint, lines: list[str], max_length: int = 32) -> tuple[dict[str, torch.Tensor], UpdateMeta, TextBatch]:
     """The FedSGD upload of one batch of ``lines``: (tensors by state_dict name, metadata, the batch itself)."""
+    cap = capture_text_update(ckpt, lines, len(lines), max_length=max_length)
+    return cap.tensors, cap.meta, cap.batch
+
+
+@dataclass
+class TextCapture:
+    tensors: dict[str, torch.Tensor]
+    meta: UpdateMeta
+    batch: TextBatch  # every line, tokenised (the truth)
+    step: torch.Tensor  # int64 [N]: the local step each line is first used in
+
+
+def capture_text_update(ckpt: TextCheckpoint, lines: list[str], batch_size: int, local_steps: int = 1,
+                        lr: float | None = None, max_length: int = 32) -> TextCapture:
+    """What a client uploads from ``lines``: the gradient of one batch (K = 1, exactly B lines) or, for K > 1, the
+    delta (local minus global weights) after K SGD steps at ``lr``, batch k being lines kB..(k+1)B (cycling)."""
+    n = len(lines)
+    if batch_size < 1 or local_steps < 1:
+        raise InputError("--batch-size and --local-steps must be >= 1")
+    if n % batch_size:
+        raise InputError(f"{n} text lines do not split into batches of {batch_size}")
+    if local_steps == 1 and n != batch_size:
+        raise InputError(f"a one-step gradient uses exactly one batch: {n} text lines but --batch-size {batch_size}")
+    if local_steps > 1 and not (lr is not None and math.isfinite(lr) and lr > 0):
+        raise InputError(f"a delta upload needs --lr, a finite step size > 0 (got {lr})")
     batch = tokenize_lines(ckpt, lines, max_length)
-    tensors = text_gradient(ckpt, batch)
-    meta = UpdateMeta(kind="gradient", reduction="mean", batch_size=len(lines), local_steps=1,
-                      num_examples=len(lines), base_checkpoint_sha256=ckpt.sha256,
-                      source={"tool": f"fedaudit {__version__}", "task": "next-token", "max_length": max_length})
-    return tensors, meta, batch
+    step = torch.arange(n) // batch_size
+    source = {"tool": f"fedaudit {__version__}", "task": "next-token", "max_length": max_length}
+    if local_steps == 1:
+        meta = UpdateMeta(kind="gradient", reduction="mean", batch_size=batch_size, local_steps=1, num_examples=n,
+                          base_checkpoint_sha256=ckpt.sha256, source=source)
+        return TextCapture(text_gradient(ckpt, batch), meta, batch, step)
+    nb = n // batch_size
+    model = ckpt.model.eval()
+    start = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    params = [p for p in model.parameters() if p.requires_grad]
+    assert lr is not None  # checked above
+    opt = torch.optim.SGD(params, lr=lr)
+    try:
+        for k in range(local_steps):
+            rows = slice((k % nb) * batch_size, (k % nb + 1) * batch_size)
+            part = TextBatch(batch.ids[rows], batch.mask[rows], batch.lengths[rows])
+            opt.zero_grad(set_to_none=True)
+            next_token_loss(model, part).backward()
+            opt.step()
+        names = {n for n, p in model.named_parameters() if p.requires_grad}
+        after = model.state_dict()
+        # tied weights (GPT-2's output matrix is its embedding) appear once, under the parameter's own name
+        tensors = {k: (after[k] - start[k]).detach().contiguous().clone() for k in names}
+    finally:
+        model.load_state_dict(start)  # the checkpoint stays the global model
+        opt.zero_grad(set_to_none=True)
+    meta = UpdateMeta(kind="delta", delta_sign="local_minus_global", batch_size=batch_size, local_steps=local_steps,
+                      local_lr=lr, num_examples=n, base_checkpoint_sha256=ckpt.sha256, source=source)
+    return TextCapture(tensors, meta, batch, step)

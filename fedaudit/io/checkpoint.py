@@ -18,6 +18,7 @@ from torch import nn
 
 from fedaudit.errors import InputError
 from fedaudit.io.files import read_safetensors, sha256_file, write_safetensors
+from fedaudit.io.hf_folder import is_text_checkpoint
 from fedaudit.io.metadata import SCHEMA_VERSION, Meta, encode
 from fedaudit.models import ModelSpec, build_model
 
@@ -152,6 +153,9 @@ def check_sizes(spec: ModelSpec, source: str, allow_custom: bool = False) -> Non
 
 
 def load_checkpoint(path: str | Path, allow_custom_arch: bool = False) -> Checkpoint:
+    if is_text_checkpoint(path):
+        raise InputError(f"{str(path)!r} is a language-model folder: image commands do not read it (text attacks: "
+                         "'fedaudit reconstruct dager'; docs/text.md)")
     tensors, raw = read_safetensors(path, "checkpoint")
     source = f"checkpoint {str(path)!r}"
     meta = Meta(raw, source)

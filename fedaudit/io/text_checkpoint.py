@@ -17,9 +17,9 @@ import torch
 from fedaudit.errors import InputError
 from fedaudit.io.checkpoint import load_state_strict
 from fedaudit.io.files import atomic_write_bytes, atomic_write_text, read_safetensors, safetensors_bytes, sha256_file
+from fedaudit.io.hf_folder import ADAPTER, CONFIG, TOKENIZER, WEIGHTS, is_text_checkpoint
 from fedaudit.models.text_extra import text_extra
 
-CONFIG, WEIGHTS, TOKENIZER = "config.json", "model.safetensors", "tokenizer.json"
 # model_type -> (transformers class name, the decoder/encoder kind DAGER's search follows)
 FAMILIES = {"gpt2": ("GPT2LMHeadModel", "decoder")}
 OUTPUT, EMBEDDING = "lm_head.weight", "transformer.wte.weight"  # GPT-2's output matrix and the embedding it ties to
@@ -41,10 +41,17 @@ class TextCheckpoint:
         return int(self.model.config.eos_token_id)
 
 
-def is_text_checkpoint(path: str | Path) -> bool:
-    """Whether ``path`` is a folder holding a Hugging Face config (a text checkpoint, not a fedaudit one)."""
-    p = Path(path)
-    return p.is_dir() and (p / CONFIG).is_file()
+def _refuse_adapter(folder: Path) -> None:
+    """An adapter folder alone is not a model: say which base it names (fedaudit never downloads one)."""
+    try:
+        config = json.loads((folder / ADAPTER).read_text())
+        base = config.get("base_model_name_or_path") if isinstance(config, dict) else None
+    except (OSError, ValueError):
+        base = None
+    names = f"names the base model {base!r}" if base else "does not name its base model"
+    raise InputError(f"{str(folder)!r} is a PEFT adapter ({ADAPTER}) without its base model: it {names}; give that "
+                     "base model's folder (config.json, model.safetensors, tokenizer.json) as the checkpoint "
+                     "(fedaudit never downloads one)")
 
 
 def _config(folder: Path) -> dict:
@@ -67,6 +74,8 @@ def load_text_checkpoint(path: str | Path) -> TextCheckpoint:
     folder = Path(path)
     if not is_text_checkpoint(folder):
         raise InputError(f"{str(folder)!r} is not a language-model folder (no {CONFIG})")
+    if not (folder / CONFIG).is_file():
+        _refuse_adapter(folder)
     config = _config(folder)
     transformers = text_extra()
     from tokenizers import Tokenizer

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from fedaudit.errors import InputError
 from fedaudit.io.files import read_safetensors, write_safetensors
 from fedaudit.io.metadata import SCHEMA_VERSION, Meta, encode
+
+if TYPE_CHECKING:
+    from fedaudit.io.text_truth import TextTruth
 
 
 @dataclass
@@ -59,7 +63,7 @@ def load_truth(path: str | Path) -> Truth:
 TRUTH_MISMATCH = ("error", "warn")
 
 
-def check_truth(truth: Truth, update_sha256: str | None, policy: str = "error") -> str | None:
+def check_truth(truth: Truth | TextTruth, update_sha256: str | None, policy: str = "error") -> str | None:
     """Whether ``truth`` was captured with the update under audit: its recorded ``update_sha256`` against the update
     file's. A truth of another update would measure that update's images against this one's reconstruction and
     band it "low": an error by default; with ``policy`` "warn" the mismatch is returned as a warning to report."""

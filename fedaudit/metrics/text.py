@@ -25,6 +25,7 @@ class TextScores:
     rougeL: float
     exact_rate: float
     pairs: list[tuple[int, int | None]]  # (true index, matched recovered index or None)
+    per_sequence: list[dict[str, float]]  # per true sequence: token_accuracy, rouge1, rouge2, rougeL, exact
 
 
 def _scorer():
@@ -61,7 +62,8 @@ def text_scores(true_ids: list[list[int]], true_text: list[str], rec_ids: list[l
         s = table[i][j]
         per.append((token_accuracy(true_ids[i], rec_ids[j]), s["rouge1"].fmeasure, s["rouge2"].fmeasure,
                     s["rougeL"].fmeasure, float(true_ids[i] == rec_ids[j])))
+    rows = [dict(zip(("token_accuracy", "rouge1", "rouge2", "rougeL", "exact"), p)) for p in per]
     if not per:
-        return TextScores(0.0, 0.0, 0.0, 0.0, 0.0, pairs)
+        return TextScores(0.0, 0.0, 0.0, 0.0, 0.0, pairs, rows)
     acc, r1, r2, rl, exact = (statistics.fmean(col) for col in zip(*per))
-    return TextScores(acc, r1, r2, rl, exact, pairs)
+    return TextScores(acc, r1, r2, rl, exact, pairs, rows)

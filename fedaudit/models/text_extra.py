@@ -13,4 +13,5 @@ def text_extra() -> Any:
         import transformers
     except ImportError:
         raise InputError("language-model checkpoints need the text extra: pip install 'fedaudit[text]'") from None
+    transformers.logging.set_verbosity_error()  # its notices (a config's unset loss type) are not the user's business
     return transformers

@@ -21,6 +21,7 @@ from typing import Any
 from fedaudit.report.audit_record import AUDIT_SCHEMA_VERSION, AuditRecord
 from fedaudit.report.round_record import ROUND_SCHEMA_VERSION, RoundRecord
 from fedaudit.report.run_report import REPORT_SCHEMA_VERSION, RunReport
+from fedaudit.report.text_report import TEXT_REPORT_SCHEMA_VERSION, TextReport
 from fedaudit.report.types import DOCUMENTS, STDOUT_SCHEMA_VERSION, Document
 
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "docs" / "schema"
@@ -40,6 +41,7 @@ def schema_of(kind: type[Document]) -> dict[str, Any]:
     schema = TypeAdapter(kind).json_schema(mode="serialization")
     _close(schema)
     command = kind.command
+    name = kind.schema_name or command
     schema["properties"] = {
         "schema_version": {"type": "string", "const": STDOUT_SCHEMA_VERSION},
         "command": {"type": "string", "const": command},
@@ -48,7 +50,7 @@ def schema_of(kind: type[Document]) -> dict[str, Any]:
     }
     schema["required"] = ["schema_version", "command", *schema["required"]]
     return {"$schema": "https://json-schema.org/draft/2020-12/schema",
-            "$id": f"https://fedaudit.invalid/schema/{command}.json", **schema}
+            "$id": f"https://fedaudit.invalid/schema/{name}.json", **schema}
 
 
 NON_FINITE = {"type": "array", "items": {"type": "string"},
@@ -58,7 +60,8 @@ NON_FINITE = {"type": "array", "items": {"type": "string"},
 # the records written into an output folder: schema file -> (type, its schema version)
 RECORDS: dict[str, tuple[type, str]] = {"report": (RunReport, REPORT_SCHEMA_VERSION),
                                         "audit-record": (AuditRecord, AUDIT_SCHEMA_VERSION),
-                                        "round-record": (RoundRecord, ROUND_SCHEMA_VERSION)}
+                                        "round-record": (RoundRecord, ROUND_SCHEMA_VERSION),
+                                        "text-report": (TextReport, TEXT_REPORT_SCHEMA_VERSION)}
 
 
 def record_schema(name: str) -> dict[str, Any]:

@@ -33,6 +33,7 @@ class Document:
     """What every stdout document carries."""
 
     command: ClassVar[str]  # the command that prints it (not a field: to_json puts it first)
+    schema_name: ClassVar[str | None] = None  # its schema file's name when not the command's (text documents)
 
     def to_json(self) -> dict[str, Any]:
         return {"schema_version": STDOUT_SCHEMA_VERSION, "command": self.command, **dataclasses.asdict(self)}
@@ -246,9 +247,78 @@ class CaptureSummary(Document):
     images: list[dict[str, Any]]
 
 
-DOCUMENTS: dict[str, type[Document]] = {t.command: t for t in (
+@dataclass
+class TextReconstructSummary(Document):
+    """``fedaudit reconstruct <text attack>``'s stdout: what was recovered, the measured band (with ``--truth``),
+    the truth-free band and what ``--fail-on`` read. ``modality`` tells it from the image document."""
+
+    command = "reconstruct"
+    schema_name = "reconstruct-text"
+
+    modality: Literal["text"]
+    out: str
+    status: Literal["complete"]
+    attack: str
+    batch_size: int | None
+    recovered: int
+    certified: int
+    sequences: list[str]
+    metrics: dict[str, Any] | None
+    risk_band: Band | None
+    risk_band_range: list[Band] | None
+    risk_band_estimated: Band | None
+    risk_band_estimated_range: list[Band] | None
+    fail_on: dict[str, Any] | None
+
+
+@dataclass
+class TextInspectResult(Document):
+    """``fedaudit inspect``'s stdout for a language-model folder: what the update shares and which attacks apply."""
+
+    command = "inspect"
+    schema_name = "inspect-text"
+
+    modality: Literal["text"]
+    checkpoint: dict[str, Any]
+    update: dict[str, Any]
+    kind: Literal["gradient", "delta", "weights"]
+    batch_size: int | None
+    local_steps: int
+    parameters_present: list[str]
+    parameters_absent: list[str]
+    embeddings_shared: bool
+    blocks_shared: list[int]
+    finite: bool
+    nonfinite_tensors: list[str]
+    layers: list[dict[str, Any]]
+    attacks: dict[str, Any]
+    warnings: list[str]
+
+
+@dataclass
+class TextCaptureSummary(Document):
+    """``fedaudit capture``'s stdout for a language-model folder: the recorded update and which line went to which
+    local step."""
+
+    command = "capture"
+    schema_name = "capture-text"
+
+    modality: Literal["text"]
+    update: str
+    sha256: str
+    truth: str | None
+    kind: Literal["gradient", "delta", "weights"]
+    batch_size: int
+    local_steps: int
+    num_examples: int
+    max_length: int
+    tensors: int
+    lines: list[dict[str, Any]]
+
+
+DOCUMENTS: dict[str, type[Document]] = {t.schema_name or t.command: t for t in (
     ReconstructSummary, LabelsResult, InspectResult, ScoreSummary, AuditSummary, RoundSummary, DefendSummary,
-    CaptureSummary)}
+    CaptureSummary, TextReconstructSummary, TextInspectResult, TextCaptureSummary)}
 
 
 def pick(kind: type, record: dict[str, Any]) -> Any:

@@ -20,7 +20,8 @@ def register(app) -> None:
     def capture(
         checkpoint: CheckpointArg,
         images: Annotated[Path, typer.Argument(help="Folder of image files, one image, or .safetensors with 'images' [N,C,H,W] (and optional "
-                                                    "'labels').", show_default=False)],
+                                                    "'labels'); for a language-model folder, a UTF-8 text file, one sequence a line.",
+                                               show_default=False)],
         output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the recorded update (.safetensors).", show_default=False)],
         batch_size: Annotated[int, typer.Option("--batch-size", "-b", help="Images per local step.", show_default=False)],
         labels: Annotated[Optional[str], typer.Option("--image-labels", help=(
@@ -48,6 +49,8 @@ def register(app) -> None:
         resize: Annotated[bool, typer.Option("--resize", help="Centre-crop and resize images to the model's input size.")] = False,
         device: Annotated[str, typer.Option("--device", envvar="FEDAUDIT_DEVICE", help=(
             "cpu (the default: a recorded update comes out the same on every machine) | auto | cuda | cuda:N"))] = "cpu",
+        max_length: Annotated[int, typer.Option("--max-length", help=(
+            "Text only: tokens per sequence, the end-of-sequence token included (longer lines are cut)."))] = 32,
         seed: SeedOpt = 0,
         force: ForceOpt = False,
         quiet: QuietOpt = False,
@@ -60,6 +63,26 @@ def register(app) -> None:
 
         refuse_existing(output, force)
         refuse_existing(truth, force)
+        from fedaudit.io.hf_folder import is_text_checkpoint
+
+        if is_text_checkpoint(checkpoint):
+            image_only = {"--image-labels": labels is not None, "--image-labels-csv": labels_csv is not None,
+                          "--resize": resize, "--withhold": bool(withhold), "--no-buffers": no_buffers,
+                          "--include-buffers": include_buffers, "--momentum": momentum != 0.0,
+                          "--weight-decay": weight_decay != 0.0, "--reduction sum": reduction is Reduction.sum,
+                          "--delta-sign global_minus_local": delta_sign is not Sign.local_minus_global,
+                          "--kind weights": kind is Kind.weights, "--kind gradient with -k > 1": kind is Kind.gradient and local_steps > 1,
+                          "--kind delta with -k 1": kind is Kind.delta and local_steps == 1}
+            given = [flag for flag, on in image_only.items() if on]
+            if given:
+                raise InputError(f"{given[0]} is not supported for a text capture (a language-model folder)")
+            from fedaudit.jobs.text_capture import TextCaptureJob
+
+            out = TextCaptureJob(checkpoint, images, batch_size, local_steps, lr, max_length, seed).run_to(output, truth)
+            info_line(f"recorded {out['kind']} of {out['num_examples']} text lines (B={batch_size}, K={local_steps}, "
+                      f"at most {max_length} tokens each) -> {output}", quiet)
+            emit_json(out)
+            return
         if no_buffers and include_buffers:
             raise InputError("give either --include-buffers or --no-buffers, not both")
         cfg = CaptureConfig(batch_size=batch_size, local_steps=local_steps, lr=lr, kind=kind.value if kind else None,

@@ -21,6 +21,32 @@ def _table(info: dict) -> Table:
     return t
 
 
+def _inspect_text(checkpoint, update, output, quiet: bool, ignore_base_mismatch: bool) -> None:
+    from fedaudit.text_inspection import inspect_text_threat_model
+    from fedaudit.text_threat_model import load_text_threat_model
+
+    tm = load_text_threat_model(checkpoint, update, check_base=not ignore_base_mismatch, allow_nonfinite=True)
+    info = inspect_text_threat_model(tm)
+    emit_json(info, output)
+    con = err_console(quiet)
+    t = Table("parameter", "shape", "shared", "grad norm", title=(
+        f"{info['checkpoint']['model_type']} (d={info['checkpoint']['width']}) | kind={info['kind']} "
+        f"B={info['batch_size']} K={info['local_steps']} | {len(info['parameters_present'])} shared, "
+        f"{len(info['parameters_absent'])} withheld"))
+    for row in info["layers"]:
+        norm = row.get("grad_norm")
+        t.add_row(clean(row["name"]), "x".join(map(str, row["shape"])), "yes" if row["present"] else "NO",
+                  "NaN/Inf" if row.get("finite") is False else ("" if norm is None else f"{norm:.4g}"))
+    con.print(t)
+    for name, a in info["attacks"].items():
+        con.print(f"{name}: " + ("applies" if a["applicable"] else "not applicable: " + clean("; ".join(a["why_not"]))))
+    for w in info["warnings"]:
+        con.print(f"warning: {clean(w)}")
+    if tm.nonfinite:
+        raise InputError(f"update {str(update)!r}: {len(tm.nonfinite)} tensor(s) contain NaN or Inf "
+                         f"(first: {tm.nonfinite[0]!r})")
+
+
 def register(app) -> None:
     @app.command("inspect")
     @handle_errors
@@ -35,6 +61,11 @@ def register(app) -> None:
         from fedaudit.threat_model import load_threat_model
 
         check_output_file(output, force)
+        from fedaudit.io.hf_folder import is_text_checkpoint
+
+        if is_text_checkpoint(checkpoint):
+            _inspect_text(checkpoint, update, output, quiet, ignore_base_mismatch)
+            return
         tm = load_threat_model(checkpoint, update, allow_custom_arch=allow_custom_arch, allow_nonfinite=True,
                                check_base=not ignore_base_mismatch)
         info = inspect_threat_model(tm)

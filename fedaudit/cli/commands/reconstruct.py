@@ -87,6 +87,44 @@ def _reconstruct(cls, options: dict, kw: dict) -> None:
         fail_exit(gate.band, kw["fail_on"].value, session.quiet, f"{gate.source_kind}, {gate.gate} end")
 
 
+_TEXT_OUT = flag("out", Path, "Report folder to create (report.json, report.html, recovered.txt).", "--out", "-o")
+_TEXT_TRUTH = flag("truth", Optional[Path], "Ground truth of a text capture ('fedaudit capture ... --truth-out'): adds token "
+                   "accuracy, ROUGE and the measured band.", "--truth", "-t", default=None)
+
+
+def _text_params(info: MethodInfo) -> list[P]:
+    return params("checkpoint", "update", _TEXT_OUT, "batch_size", _TEXT_TRUTH, "truth_mismatch", "fail_on", "gate",
+                  "seed", "force", "quiet", "ignore_base_mismatch")
+
+
+def _reconstruct_text(cls, options: dict, kw: dict) -> None:
+    """A text attack on a language-model folder (docs/text.md)."""
+    from fedaudit.errors import InputError
+    from fedaudit.io.hf_folder import is_text_checkpoint
+    from fedaudit.jobs.text_reconstruct import TextReconstructJob, text_summary
+    from fedaudit.report.outdir import OutputDir
+
+    if not is_text_checkpoint(kw["checkpoint"]):
+        raise InputError(f"{cls.name} attacks language models: {str(kw['checkpoint'])!r} is not a Hugging Face model "
+                         "folder (config.json, model.safetensors, tokenizer.json)")
+    session = session_from(kw)
+    outdir = OutputDir(kw["out"], force=session.force)
+    with outdir:
+        job = TextReconstructJob(session, kw["checkpoint"], kw["update"], cls.name, options, gate=kw["gate"].value,
+                                 truth_mismatch=kw["truth_mismatch"].value)
+        report = job.run_to(outdir, kw["truth"])
+    certified = sum(s.certified for s in report.sequences)
+    info_line(f"{cls.name}: {len(report.sequences)} sequences recovered, {certified} passed every exact check "
+              f"-> {kw['out']}", session.quiet)
+    if report.fail_on_band is not None and report.fail_on_band.line:
+        info_line(report.fail_on_band.line, session.quiet)
+    emit_json(text_summary(report, kw["out"]))
+    gate = report.fail_on_band
+    if gate is not None and gate.band:
+        fail_exit(gate.band, kw["fail_on"].value, session.quiet, f"{gate.source_kind}, {gate.gate} end")
+
+
 def register(app) -> None:
-    method_subcommands(app, "reconstruct", "Reconstruct the client's images from the update (one attack per subcommand).",
-                       family("attacks"), _params, _reconstruct)
+    method_subcommands(app, "reconstruct", "Reconstruct the client's data from the update (one attack per subcommand: "
+                       "images, or text on a language-model folder).",
+                       family("attacks"), _params, _reconstruct, more=((family("text_attacks"), _text_params, _reconstruct_text),))

@@ -1,0 +1,65 @@
+"""The ground truth of a text capture: the client's token ids, their mask, the lines and each sequence's local step.
+Only metrics read it; attacks never see it (docs/text.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from fedaudit.errors import InputError
+from fedaudit.io.files import read_safetensors, write_safetensors
+from fedaudit.io.metadata import SCHEMA_VERSION, Meta, encode
+
+FILE = "text-truth"
+
+
+@dataclass
+class TextTruth:
+    ids: torch.Tensor  # int64 [N, T], right-padded
+    mask: torch.Tensor  # int64 [N, T]: 1 on the sequence's real tokens
+    lines: list[str]  # the client's lines as given (before tokenisation)
+    step: torch.Tensor  # int64 [N]: the local step each sequence was used in first
+    update_sha256: str | None = None
+
+    def sequences(self) -> list[list[int]]:
+        """Each line's token ids as the update can show them: padding removed, and the end-of-sequence token the
+        capture appends left out (the last position of next-token training has no gradient: invisible by design,
+        and not part of the client's text)."""
+        return [row[m.bool()].tolist()[:-1] for row, m in zip(self.ids, self.mask)]
+
+
+def save_text_truth(path: str | Path, truth: TextTruth) -> Path:
+    meta = encode({"schema_version": SCHEMA_VERSION, "file": FILE, "update_sha256": truth.update_sha256,
+                   "lines": truth.lines})
+    return write_safetensors(path, {"input_ids": truth.ids.long(), "attention_mask": truth.mask.long(),
+                                    "step": truth.step.long()}, meta)
+
+
+def is_text_truth(raw_metadata: dict[str, str]) -> bool:
+    return Meta(raw_metadata, "truth").str("file") == FILE
+
+
+def load_text_truth(path: str | Path) -> TextTruth:
+    tensors, raw = read_safetensors(path, "truth")
+    src = f"truth {str(path)!r}"
+    meta = Meta(raw, src)
+    if meta.str("file") != FILE:
+        raise InputError(f"{src} is not the truth of a text capture (it has no input_ids; an image truth?)")
+    for key in ("input_ids", "attention_mask"):
+        if key not in tensors:
+            raise InputError(f"{src} has no {key!r} tensor")
+    ids, mask = tensors["input_ids"], tensors["attention_mask"]
+    if ids.is_floating_point() or ids.ndim != 2 or ids.numel() == 0 or (ids < 0).any():
+        raise InputError(f"{src}: 'input_ids' must be a non-empty [N,T] of non-negative integers")
+    if tuple(mask.shape) != tuple(ids.shape) or not ((mask == 0) | (mask == 1)).all():
+        raise InputError(f"{src}: 'attention_mask' must be 0/1 and shaped like 'input_ids' {list(ids.shape)}")
+    n = ids.shape[0]
+    step = tensors.get("step", torch.zeros(n, dtype=torch.long))
+    if step.is_floating_point() or step.ndim != 1 or step.numel() != n or (step < 0).any():
+        raise InputError(f"{src}: 'step' must be a vector of {n} non-negative integers")
+    lines = meta.json("lines", default=None, kind=list)
+    if lines is None or len(lines) != n:
+        raise InputError(f"{src}: metadata 'lines' must list the {n} lines")
+    return TextTruth(ids.long(), mask.long(), [str(s) for s in lines], step.long(), meta.str("update_sha256"))

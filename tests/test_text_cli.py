@@ -1,0 +1,182 @@
+"""Language-model updates through the command line: capture, inspect, reconstruct dager, the text bands, and the
+inputs refused with one line and exit 2 (issue 68)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+pytest.importorskip("rouge_score")
+
+from fedaudit.io.files import write_safetensors  # noqa: E402
+from fedaudit.io.text_checkpoint import save_text_checkpoint  # noqa: E402
+from fedaudit.io.update import UpdateMeta  # noqa: E402
+from fedaudit.metrics.text_risk import estimated_text_band, measured_text_band  # noqa: E402
+from fedaudit.models.text_tiny import gpt2, train_tokenizer  # noqa: E402
+from fedaudit.report.text_html import marked_pair  # noqa: E402
+
+LINES = ["The quick brown fox jumps over the lazy dog.", "Federated learning keeps data on the device.",
+         "Gradients can leak the text they were computed on.", "A reviewer audits every recorded update."]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return train_tokenizer(2000)
+
+
+@pytest.fixture(scope="module")
+def tiny(tokenizer, tmp_path_factory):
+    return save_text_checkpoint(tmp_path_factory.mktemp("gpt2") / "tiny", gpt2(tokenizer, width=64), tokenizer)
+
+
+@pytest.fixture(scope="module")
+def lines(tmp_path_factory):
+    path = tmp_path_factory.mktemp("text") / "lines.txt"
+    path.write_text("\n".join(LINES) + "\n\n")  # a blank line is not a sequence
+    return path
+
+
+@pytest.fixture(scope="module")
+def captured(tiny, lines, tmp_path_factory):
+    from .helpers import Cli
+
+    d = tmp_path_factory.mktemp("captured")
+    out = Cli()("capture", tiny, lines, "-o", d / "update.safetensors", "-b", 4, "--max-length", 12,
+                "--truth-out", d / "truth.safetensors")
+    return d / "update.safetensors", d / "truth.safetensors", json.loads(out.stdout)
+
+
+def test_a_batch_of_four_is_recovered_exactly_through_the_cli(cli, tiny, captured, tmp_path):
+    update, truth, capture = captured
+    assert capture["modality"] == "text" and capture["kind"] == "gradient" and capture["num_examples"] == 4
+    r = cli("reconstruct", "dager", tiny, update, "-o", tmp_path / "out", "--truth", truth, "--fail-on", "high", expect=1)
+    doc = cli.json(r)
+    assert doc["certified"] == 4 and doc["metrics"]["exact_rate"] == 1.0 and doc["metrics"]["rouge2"] == pytest.approx(1.0)
+    assert doc["risk_band"] == "very_high" and doc["fail_on"]["source"] == "measured"
+    # each recovered line is the start of a client line (cut to 11 tokens; the appended end token is invisible)
+    assert sorted(doc["sequences"]) == sorted(s for s in doc["sequences"] if any(line.startswith(s) for line in LINES))
+    assert len(set(doc["sequences"])) == 4
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["modality"] == "text" and report["measured"]["exact"] == 4
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert "side by side" in html and "Federated learning keeps" in html
+    assert (tmp_path / "out" / "recovered.txt").read_text().count("\n") == 4
+
+
+def test_without_the_truth_the_certificate_is_the_verdict(cli, tiny, captured, tmp_path):
+    update, _, _ = captured
+    doc = cli.json(cli("reconstruct", "dager", tiny, update, "-o", tmp_path / "out", "--fail-on", "high", expect=1))
+    assert doc["risk_band"] is None and doc["metrics"] is None
+    assert doc["risk_band_estimated"] == "very_high" and doc["risk_band_estimated_range"] == ["very_high", "very_high"]
+    assert doc["fail_on"]["source"] == "estimated"
+
+
+def test_a_saturated_update_is_no_evidence_of_safety(cli, tokenizer, lines, tmp_path):
+    """Wider batch than model: nothing can be certified, and the range is the whole scale (the upper end gates)."""
+    narrow = save_text_checkpoint(tmp_path / "narrow", gpt2(tokenizer, width=16), tokenizer)
+    cli("capture", narrow, lines, "-o", tmp_path / "u.safetensors", "-b", 4, "--max-length", 12)
+    doc = cli.json(cli("reconstruct", "dager", narrow, tmp_path / "u.safetensors", "-o", tmp_path / "o", "--fail-on",
+                       "high", expect=1))
+    assert doc["certified"] == 0 and doc["risk_band_estimated_range"] == ["low", "very_high"]
+    report = json.loads((tmp_path / "o" / "report.json").read_text())
+    assert report["diagnostics"]["saturated"] and "saturated" in report["verdict"]["why"]
+    cli("reconstruct", "dager", narrow, tmp_path / "u.safetensors", "-o", tmp_path / "o", "--force", "--fail-on", "high",
+        "--gate", "lower", expect=0)
+
+
+def test_the_measured_text_band_and_its_range():
+    whole = measured_text_band([1.0] * 4, [1.0] * 4)
+    assert whole.band == "very_high" and whole.range == ["very_high", "very_high"]
+    one = measured_text_band([1.0, 0.2, 0.1, 0.0], [1.0, 0.0, 0.0, 0.0])  # one sentence verbatim: at least high
+    assert one.band == "high" and one.range[1] == "very_high"
+    none = measured_text_band([0.1, 0.2, 0.1, 0.0], [0.0] * 4)
+    assert none.band == "low" and none.range == ["low", "high"]  # 0 of 4 exact does not rule out 1 in 4
+    assert estimated_text_band(2, 8).range == ["high", "very_high"]
+    assert estimated_text_band(0, 8, "saturated").range == ["low", "very_high"]
+
+
+def test_the_report_marks_the_words_that_differ():
+    left, right = marked_pair("the quick brown fox", "the quick red fox")
+    assert "<mark class='miss'>brown</mark>" in left and "<mark>red</mark>" in right and "the quick" in right
+    assert "none matched" in marked_pair("a <b>", None)[1] and "&lt;b&gt;" in marked_pair("a <b>", None)[0]
+
+
+def test_a_fedavg_text_delta_is_captured_and_dager_says_why_not(cli, tiny, lines, tmp_path):
+    doc = cli.json(cli("capture", tiny, lines, "-o", tmp_path / "d.safetensors", "-b", 2, "-k", 2, "--lr", 0.01))
+    assert doc["kind"] == "delta" and doc["local_steps"] == 2 and [row["step"] for row in doc["lines"]] == [0, 0, 1, 1]
+    r = cli("reconstruct", "dager", tiny, tmp_path / "d.safetensors", "-o", tmp_path / "o", expect=2)
+    assert "not applicable" in r.stderr and "one-step" in r.stderr and not (tmp_path / "o").exists()
+    info = cli.json(cli("inspect", tiny, tmp_path / "d.safetensors"))
+    assert info["attacks"]["dager"]["applicable"] is False and info["embeddings_shared"] and info["blocks_shared"] == [0, 1]
+
+
+def test_a_tokenizer_the_embedding_cannot_hold_is_refused(cli, tiny, captured, tmp_path):
+    import shutil
+
+    bad = tmp_path / "badtok"
+    shutil.copytree(tiny, bad)
+    (bad / "tokenizer.json").write_text(train_tokenizer(3000).to_str())
+    r = cli("inspect", bad, captured[0], expect=2)
+    assert r.stderr.count("\n") == 1 and "3000 tokens" in r.stderr and "2000 rows" in r.stderr
+
+
+def test_an_update_of_another_base_model_is_refused(cli, tokenizer, captured, tmp_path):
+    other = save_text_checkpoint(tmp_path / "other", gpt2(tokenizer, width=64, seed=1), tokenizer)
+    r = cli("reconstruct", "dager", other, captured[0], "-o", tmp_path / "o", expect=2)
+    assert r.stderr.count("\n") == 1 and "another base model" in r.stderr and not (tmp_path / "o").exists()
+    wider = save_text_checkpoint(tmp_path / "wider", gpt2(tokenizer, width=32), tokenizer)
+    r = cli("inspect", wider, captured[0], "--ignore-base-mismatch", expect=2)
+    assert "has shape" in r.stderr and "another model" in r.stderr
+
+
+def test_an_adapter_without_its_base_says_which_base_it_names(cli, captured, tmp_path):
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": 8,
+                                                             "base_model_name_or_path": "openai-community/gpt2"}))
+    r = cli("reconstruct", "dager", adapter, captured[0], "-o", tmp_path / "o", expect=2)
+    assert r.stderr.count("\n") == 1 and "'openai-community/gpt2'" in r.stderr and "without its base" in r.stderr
+
+
+def test_lora_tensors_and_image_commands_are_refused_with_one_line(cli, tiny, tmp_path):
+    upd = tmp_path / "lora.safetensors"
+    write_safetensors(upd, {"base_model.model.transformer.h.0.attn.c_attn.lora_A.weight": torch.ones(8, 64)},
+                      UpdateMeta(kind="gradient", reduction="mean", batch_size=4).to_metadata())
+    r = cli("inspect", tiny, upd, expect=2)
+    assert "LoRA" in r.stderr and "not supported yet" in r.stderr
+    r = cli("labels", "idlg", tiny, upd, expect=2)
+    assert "language-model folder" in r.stderr
+
+
+def test_the_shipped_text_sample_leaks_every_line(cli, tmp_path):
+    from .helpers import SAMPLES
+
+    folder = SAMPLES / "gpt2_tiny_b4"
+    doc = cli.json(cli("reconstruct", "dager", folder / "checkpoint", folder / "update.safetensors", "-o", tmp_path / "o",
+                       "--truth", folder / "truth.safetensors"))
+    assert doc["metrics"]["exact_rate"] == 1.0 and doc["risk_band"] == "very_high"
+    lines = (folder / "lines.txt").read_text().splitlines()
+    assert all(any(line.startswith(s) for line in lines) for s in doc["sequences"]) and len(doc["sequences"]) == 4
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(__import__("sys").version_info[:2] != (3, 11), reason="the tokenizer is trained on Python 3.11's docstrings")
+def test_the_text_sample_regenerates_byte_for_byte(tmp_path):
+    import importlib.util
+
+    from .helpers import SAMPLES
+
+    spec = importlib.util.spec_from_file_location("make_text_sample", SAMPLES / "make_text_sample.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    threads = torch.get_num_threads()
+    try:
+        assert mod.main(["--out", str(tmp_path)]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    for rel in ("checkpoint/config.json", "checkpoint/model.safetensors", "checkpoint/tokenizer.json", "lines.txt",
+                "update.safetensors", "truth.safetensors"):
+        assert (tmp_path / mod.NAME / rel).read_bytes() == (SAMPLES / mod.NAME / rel).read_bytes(), rel
