@@ -27,14 +27,17 @@ def inspect_text_threat_model(tm: TextThreatModel) -> dict[str, Any]:
     embedding = ckpt.model.get_input_embeddings()
     embedding_names = [k for k, p in ckpt.model.named_parameters() if p is embedding.weight]
     attacks = {}
+    bound = (f"the adapter's rank r = {ckpt.adapter['r']}" if ckpt.adapter is not None
+             else f"the width d = {int(cfg.n_embd)}")
     for name, cls in TEXT_ATTACKS:
         why = cls.reasons(ckpt, tm.gradient, tm.meta.local_steps)
         attacks[name] = {"applicable": not why, "why_not": why,
-                         "limit": f"exact while the batch's visible tokens stay below the width d = {int(cfg.n_embd)}"}
+                         "limit": f"exact while the batch's visible tokens stay below {bound}"}
     return build(TextInspectResult, {
         "modality": "text",
         "checkpoint": {"path": ckpt.source, "model_type": ckpt.model_type, "kind": ckpt.kind, "width": int(cfg.n_embd),
-                       "layers": int(cfg.n_layer), "vocab_size": int(cfg.vocab_size), "sha256": ckpt.sha256},
+                       "layers": int(cfg.n_layer), "vocab_size": int(cfg.vocab_size), "sha256": ckpt.sha256,
+                       "adapter": ckpt.adapter},
         "update": {"path": str(tm.update.path), "sha256": tm.update.sha256},
         "kind": tm.meta.kind, "batch_size": tm.meta.batch_size, "local_steps": tm.meta.local_steps,
         "parameters_present": tm.present, "parameters_absent": tm.absent,

@@ -11,7 +11,8 @@ import torch
 
 from fedaudit.conversion import to_average_gradient
 from fedaudit.errors import InputError
-from fedaudit.io.text_checkpoint import TextCheckpoint, load_text_checkpoint
+from fedaudit.io.text_adapter import load_text_model
+from fedaudit.io.text_checkpoint import TextCheckpoint
 from fedaudit.io.update import MAX_BATCH, RecordedUpdate, load_update
 from fedaudit.threat_model import HUGE
 
@@ -49,22 +50,26 @@ def _check_batch_size(update: RecordedUpdate, batch_size: int | None, mode: str)
     return dataclasses.replace(update, meta=dataclasses.replace(update.meta, batch_size=batch_size))
 
 
-def load_text_threat_model(checkpoint_path: str | Path, update_path: str | Path, *, batch_size: int | None = None,
-                           batch_size_mode: str = "check", check_base: bool = True,
+def load_text_threat_model(checkpoint_path: str | Path, update_path: str | Path, *, base: str | Path | None = None,
+                           batch_size: int | None = None, batch_size_mode: str = "check", check_base: bool = True,
                            allow_nonfinite: bool = False) -> TextThreatModel:
-    """Load a language-model folder and a recorded update of it; refuse an update of another model (a recorded base
-    hash that differs, a tensor the model lacks or shapes otherwise), NaN/Inf, an all-zero upload."""
-    ckpt = load_text_checkpoint(checkpoint_path)
+    """Load a language-model folder (or a LoRA adapter folder on ``base``) and a recorded update of it; refuse an
+    update of another model (a recorded base hash that differs, a tensor the model lacks or shapes otherwise), NaN/Inf,
+    an all-zero upload. An adapter's update is keyed as PEFT saves adapters; it is read by the model's names."""
+    ckpt = load_text_model(checkpoint_path, base)
     upd = _check_batch_size(load_update(update_path), batch_size, batch_size_mode)
     src = f"update {str(update_path)!r}"
+    lora = [k for k in upd.tensors if any(m in k for m in LORA_MARKERS)]
+    if lora and ckpt.adapter is None:
+        raise InputError(f"{src} holds LoRA adapter tensors ({lora[0]!r}, {len(lora)} in all): give the adapter "
+                         "folder (adapter_config.json, adapter_model.safetensors) as the checkpoint, with --base "
+                         "for its base model")
     base = upd.meta.base_checkpoint_sha256
     if check_base and base and base != ckpt.sha256:
-        raise InputError(f"{src} was recorded against another base model (weights sha256 {base[:12]}..., this "
+        what = "adapter (the round's global adapter weights" if ckpt.adapter else "base model (weights"
+        raise InputError(f"{src} was recorded against another {what} sha256 {base[:12]}..., this "
                          f"folder's {ckpt.sha256[:12]}...); pass --ignore-base-mismatch to audit anyway")
-    lora = [k for k in upd.tensors if any(m in k for m in LORA_MARKERS)]
-    if lora:
-        raise InputError(f"{src} holds LoRA adapter tensors ({lora[0]!r}, {len(lora)} in all): LoRA-only updates "
-                         "are not supported yet (docs/text.md)")
+    upd = dataclasses.replace(upd, tensors={ckpt.param_key(k): v for k, v in upd.tensors.items()})
     params = dict(ckpt.model.named_parameters())
     for k, v in upd.tensors.items():
         if k not in params:

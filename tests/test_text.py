@@ -114,8 +114,7 @@ def test_dager_checks_the_first_token_in_block_one(folder):
 
 def ckpt_tokens_at_zero(ckpt, grads):
     """Step 1's tokens at position 0."""
-    from fedaudit.attacks.text.dager import Dager, span_basis
+    from fedaudit.attacks.text.dager import Dager, input_span
 
-    basis, _ = span_basis(grads["transformer.h.0.attn.c_attn.weight"].T, None)
     with torch.no_grad():
-        return Dager()._tokens(ckpt, basis)[0]
+        return Dager()._tokens(ckpt, input_span(ckpt, grads, 0, None))[0]

@@ -141,14 +141,62 @@ def test_an_adapter_without_its_base_says_which_base_it_names(cli, captured, tmp
     assert r.stderr.count("\n") == 1 and "'openai-community/gpt2'" in r.stderr and "without its base" in r.stderr
 
 
-def test_lora_tensors_and_image_commands_are_refused_with_one_line(cli, tiny, tmp_path):
+def test_lora_tensors_against_a_whole_model_and_image_commands_are_refused_with_one_line(cli, tiny, tmp_path):
     upd = tmp_path / "lora.safetensors"
     write_safetensors(upd, {"base_model.model.transformer.h.0.attn.c_attn.lora_A.weight": torch.ones(8, 64)},
                       UpdateMeta(kind="gradient", reduction="mean", batch_size=4).to_metadata())
     r = cli("inspect", tiny, upd, expect=2)
-    assert "LoRA" in r.stderr and "not supported yet" in r.stderr
+    assert r.stderr.count("\n") == 1 and "LoRA adapter tensors" in r.stderr and "adapter folder" in r.stderr
     r = cli("labels", "idlg", tiny, upd, expect=2)
     assert "language-model folder" in r.stderr
+
+
+def adapter(tiny, folder, r, fresh=False, base_named="tiny"):
+    from fedaudit.io.text_adapter import save_text_adapter
+    from fedaudit.io.text_checkpoint import load_text_checkpoint
+    from fedaudit.models.text_tiny import add_lora
+
+    ckpt = load_text_checkpoint(tiny)
+    config = add_lora(ckpt, r=r, fresh=fresh)
+    return save_text_adapter(folder, ckpt, {**config, "base_model_name_or_path": base_named})
+
+
+TWO = ["Gradients can leak text.", "A reviewer audits it."]  # 12 visible tokens
+
+
+@pytest.mark.parametrize("fresh", [False, True], ids=["fine-tuned", "fresh"])
+def test_a_lora_only_update_is_recovered_exactly_below_the_adapter_rank(cli, tiny, tmp_path, fresh):
+    """Fine-tuned adapter: grad A's rows span the inputs; fresh one (B = 0, grad A = 0): grad B shows them through A."""
+    folder = adapter(tiny, tmp_path / "adapter", 32, fresh)
+    (tmp_path / "two.txt").write_text("\n".join(TWO))
+    cap = cli.json(cli("capture", folder, tmp_path / "two.txt", "--base", tiny, "-o", tmp_path / "u.safetensors",
+                       "-b", 2, "--truth-out", tmp_path / "t.safetensors"))
+    assert cap["tensors"] == 4  # lora_A and lora_B of blocks 0 and 1: nothing else is uploaded
+    doc = cli.json(cli("reconstruct", "dager", folder, tmp_path / "u.safetensors", "--base", tiny, "-o", tmp_path / "o",
+                       "-t", tmp_path / "t.safetensors"))
+    assert sorted(doc["sequences"]) == sorted(TWO) and doc["metrics"]["exact_rate"] == 1.0
+    report = json.loads((tmp_path / "o" / "report.json").read_text())
+    assert report["diagnostics"]["span_source"] == ["lora_B" if fresh else "lora_A"] * 2
+    assert doc["reveals"][0].startswith("LoRA-only update: rank-32 adapters") and "embeddings" in doc["reveals"][0]
+    assert "fewer than 32 visible tokens" in doc["reveals"][1] and "word for word" in doc["reveals"][-1]
+
+
+def test_a_lora_update_past_the_adapter_rank_says_what_it_does_not_reveal(cli, tiny, tmp_path, monkeypatch):
+    """Rank 8, twelve visible tokens: the adapters show a slice that holds none of them. The base is found from the
+    adapter's base_model_name_or_path (a folder here), without --base."""
+    folder = adapter(tiny, tmp_path / "adapter", 8, base_named=str(tiny))
+    (tmp_path / "two.txt").write_text("\n".join(TWO))
+    cli("capture", folder, tmp_path / "two.txt", "-o", tmp_path / "u.safetensors", "-b", 2)
+    doc = cli.json(cli("reconstruct", "dager", folder, tmp_path / "u.safetensors", "-o", tmp_path / "o",
+                       "--fail-on", "high", expect=1))
+    assert doc["certified"] == 0 and doc["risk_band_estimated_range"] == ["low", "very_high"]
+    assert "rank 8 of 8" in doc["reveals"][2] and "no evidence of safety" in doc["reveals"][2]
+    info = cli.json(cli("inspect", folder, tmp_path / "u.safetensors"))
+    assert info["embeddings_shared"] is False and info["checkpoint"]["adapter"]["r"] == 8
+    assert "r = 8" in info["attacks"]["dager"]["limit"]
+    # the same update against the adapter's base alone: one line saying which checkpoint to give
+    r = cli("inspect", tiny, tmp_path / "u.safetensors", expect=2)
+    assert "adapter folder" in r.stderr
 
 
 def test_the_shipped_text_sample_leaks_every_line(cli, tmp_path):

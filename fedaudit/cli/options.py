@@ -64,6 +64,9 @@ CheckpointArg = Annotated[Path, typer.Argument(help=(
     "Global checkpoint (.safetensors with fedaudit.* metadata), or a Hugging Face language-model folder (config.json, "
     "model.safetensors, tokenizer.json) for text commands."), show_default=False)]
 UpdateArg = Annotated[Path, typer.Argument(help="Recorded client update (.safetensors).", show_default=False)]
+BaseOpt = Annotated[Optional[Path], typer.Option("--base", help=(
+    "Text only: the base model's folder when the checkpoint is a LoRA adapter folder (default: the adapter's "
+    "base_model_name_or_path, where that is a folder here)."), show_default=False)]
 OutputOpt = Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the JSON result here (atomically) instead of stdout.")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No tables or progress on stderr (errors still print).")]
 ForceOpt = Annotated[bool, typer.Option("--force", help="Replace an existing output.")]

@@ -10,6 +10,7 @@ import typer
 
 from fedaudit.cli.options import (
     AllowCustomArchOpt,
+    BaseOpt,
     CheckpointArg,
     DeviceOpt,
     FailOn,
@@ -81,6 +82,7 @@ PARAMS: dict[str, P] = {p.name: p for p in [
     _kw("progress", ProgressMode.auto, ProgressOpt),
     _kw("allow_custom_arch", False, AllowCustomArchOpt),
     _kw("ignore_base_mismatch", False, IgnoreBaseOpt),
+    _kw("base", None, BaseOpt),
 ]}
 
 

@@ -62,7 +62,8 @@ def next_token_loss(model: torch.nn.Module, batch: TextBatch) -> torch.Tensor:
 
 
 def text_gradient(ckpt: TextCheckpoint, batch: TextBatch) -> dict[str, torch.Tensor]:
-    """The gradient of :func:`next_token_loss` on ``batch``, by state_dict name."""
+    """The gradient of :func:`next_token_loss` on ``batch`` for every trainable parameter (a LoRA model's: its
+    adapters), by the model's parameter name."""
     model = ckpt.model.eval()  # dropout off: the server's forward is the client's (DAGER's exact checks need it)
     params = {n: p for n, p in model.named_parameters() if p.requires_grad}
     grads = torch.autograd.grad(next_token_loss(model, batch), list(params.values()), allow_unused=True)
@@ -102,7 +103,8 @@ def capture_text_update(ckpt: TextCheckpoint, lines: list[str], batch_size: int,
     if local_steps == 1:
         meta = UpdateMeta(kind="gradient", reduction="mean", batch_size=batch_size, local_steps=1, num_examples=n,
                           base_checkpoint_sha256=ckpt.sha256, source=source)
-        return TextCapture(text_gradient(ckpt, batch), meta, batch, step)
+        tensors = {ckpt.update_key(k): v for k, v in text_gradient(ckpt, batch).items()}
+        return TextCapture(tensors, meta, batch, step)
     nb = n // batch_size
     model = ckpt.model.eval()
     start = {k: v.detach().clone() for k, v in model.state_dict().items()}
@@ -119,7 +121,7 @@ def capture_text_update(ckpt: TextCheckpoint, lines: list[str], batch_size: int,
         names = {n for n, p in model.named_parameters() if p.requires_grad}
         after = model.state_dict()
         # tied weights (GPT-2's output matrix is its embedding) appear once, under the parameter's own name
-        tensors = {k: (after[k] - start[k]).detach().contiguous().clone() for k in names}
+        tensors = {ckpt.update_key(k): (after[k] - start[k]).detach().contiguous().clone() for k in names}
     finally:
         model.load_state_dict(start)  # the checkpoint stays the global model
         opt.zero_grad(set_to_none=True)

@@ -23,6 +23,8 @@ from fedaudit.models.text_extra import text_extra
 # model_type -> (transformers class name, the decoder/encoder kind DAGER's search follows)
 FAMILIES = {"gpt2": ("GPT2LMHeadModel", "decoder")}
 OUTPUT, EMBEDDING = "lm_head.weight", "transformer.wte.weight"  # GPT-2's output matrix and the embedding it ties to
+PEFT_PREFIX = "base_model.model."  # PEFT's saved adapter names start so
+LORA_PARTS = ("lora_A", "lora_B", "lora_embedding_A", "lora_embedding_B")
 
 
 @dataclass
@@ -35,13 +37,34 @@ class TextCheckpoint:
     kind: str  # "decoder" or "encoder"
     source: str
     sha256: str
+    # a LoRA adapter on the model (fedaudit/io/text_adapter.py): its folder, base, rank, scaling, targets, name
+    adapter: dict[str, Any] | None = None
 
     @property
     def eos_id(self) -> int:
         return int(self.model.config.eos_token_id)
 
+    def update_key(self, name: str) -> str:
+        """The name a client's upload uses for the model's parameter ``name``: itself, or for an adapter's tensor
+        PEFT's saved name (``base_model.model.`` prefix, no adapter name: what ``get_peft_model_state_dict`` and
+        FlowerTune send)."""
+        if self.adapter is None:
+            return name
+        return PEFT_PREFIX + name.replace(f".{self.adapter['name']}.", ".")
 
-def _refuse_adapter(folder: Path) -> None:
+    def param_key(self, key: str) -> str:
+        """The model's parameter name for an upload's ``key`` (the inverse of :meth:`update_key`)."""
+        if self.adapter is None:
+            return key
+        k = key[len(PEFT_PREFIX):] if key.startswith(PEFT_PREFIX) else key
+        name = self.adapter["name"]
+        for part in LORA_PARTS:
+            if f".{part}.{name}." not in k:
+                k = k.replace(f".{part}.", f".{part}.{name}.")
+        return k
+
+
+def refuse_adapter_without_base(folder: Path) -> None:
     """An adapter folder alone is not a model: say which base it names (fedaudit never downloads one)."""
     try:
         config = json.loads((folder / ADAPTER).read_text())
@@ -49,9 +72,9 @@ def _refuse_adapter(folder: Path) -> None:
     except (OSError, ValueError):
         base = None
     names = f"names the base model {base!r}" if base else "does not name its base model"
-    raise InputError(f"{str(folder)!r} is a PEFT adapter ({ADAPTER}) without its base model: it {names}; give that "
-                     "base model's folder (config.json, model.safetensors, tokenizer.json) as the checkpoint "
-                     "(fedaudit never downloads one)")
+    raise InputError(f"{str(folder)!r} is a PEFT adapter ({ADAPTER}) without its base model: it {names}, which is "
+                     "not a folder here; pass that base model's folder (config.json, model.safetensors, "
+                     "tokenizer.json) with --base (fedaudit never downloads one)")
 
 
 def _config(folder: Path) -> dict:
@@ -75,7 +98,7 @@ def load_text_checkpoint(path: str | Path) -> TextCheckpoint:
     if not is_text_checkpoint(folder):
         raise InputError(f"{str(folder)!r} is not a language-model folder (no {CONFIG})")
     if not (folder / CONFIG).is_file():
-        _refuse_adapter(folder)
+        refuse_adapter_without_base(folder)
     config = _config(folder)
     transformers = text_extra()
     from tokenizers import Tokenizer

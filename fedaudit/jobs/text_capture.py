@@ -12,7 +12,7 @@ import torch
 from fedaudit.client.text_capture import capture_text_update
 from fedaudit.errors import InputError
 from fedaudit.io.files import sha256_file
-from fedaudit.io.text_checkpoint import load_text_checkpoint
+from fedaudit.io.text_adapter import load_text_model
 from fedaudit.io.text_truth import TextTruth, save_text_truth
 from fedaudit.io.update import save_update
 from fedaudit.report.types import TextCaptureSummary, build
@@ -41,10 +41,11 @@ class TextCaptureJob:
     lr: float | None = None
     max_length: int = 32
     seed: int = 0
+    base: Path | None = None  # the base model's folder when ``checkpoint`` is a LoRA adapter folder
 
     def run_to(self, output: Path, truth: Path | None = None) -> dict[str, Any]:
         torch.manual_seed(self.seed)
-        ckpt = load_text_checkpoint(self.checkpoint)
+        ckpt = load_text_model(self.checkpoint, self.base)
         lines = read_lines(self.text)
         cap = capture_text_update(ckpt, lines, self.batch_size, self.local_steps, self.lr, self.max_length)
         save_update(output, cap.tensors, cap.meta)

@@ -26,6 +26,7 @@ from fedaudit.report.text_report import RecoveredSequence, SequencePair, TextMea
 from fedaudit.report.types import TextReconstructSummary, build
 from fedaudit.session import Session
 from fedaudit.text_threat_model import TextThreatModel, load_text_threat_model
+from fedaudit.verdict.text_scope import what_it_reveals
 
 
 @dataclass
@@ -37,10 +38,11 @@ class TextReconstructJob:
     options: dict[str, Any]
     gate: str = "upper"
     truth_mismatch: str = "error"
+    base: Path | None = None  # the base model's folder when ``checkpoint`` is a LoRA adapter folder
 
     def load(self) -> TextThreatModel:
         s = self.session
-        return load_text_threat_model(self.checkpoint, self.update, batch_size=s.batch_size,
+        return load_text_threat_model(self.checkpoint, self.update, base=self.base, batch_size=s.batch_size,
                                       batch_size_mode=s.batch_size_mode, check_base=s.check_base)
 
     def run_to(self, outdir: OutputDir, truth_path: Path | None) -> TextReport:
@@ -52,7 +54,8 @@ class TextReconstructJob:
         attack = TEXT_ATTACKS.get(self.attack)(**self.options)
         if why := attack.reasons(tm.checkpoint, tm.gradient, tm.meta.local_steps):
             raise NotApplicable(f"{self.attack}: {'; '.join(why)}")
-        record = new_report("reconstruct", {"checkpoint": tm.checkpoint.source + "/model.safetensors",
+        weights = "adapter_model.safetensors" if tm.checkpoint.adapter else "model.safetensors"
+        record = new_report("reconstruct", {"checkpoint": f"{tm.checkpoint.source}/{weights}",
                                             "update": self.update, "truth": truth_path},
                             {"attack": self.attack, **self.options, "gate": self.gate}, self.session.seed)
         t0 = time.perf_counter()
@@ -64,9 +67,12 @@ class TextReconstructJob:
         certified = sum(s.certified for s in sequences)
         diag = result.diagnostics
         reason = ("saturated: the batch's visible tokens reach the model's width" if diag.get("saturated") else
+                  "the adapter's rank is reached: the batch has more visible tokens than its gradient shows"
+                  if diag.get("rank_bound_reached") else
                   None if diag.get("consistent", True) else "inconsistent: more sequences than the batch holds")
         est = estimated_text_band(certified, tm.batch_size, reason)
-        verdict = TextVerdict(est.band, est.range, f"{self.attack}'s exact checks", est.why)  # type: ignore[arg-type]
+        verdict = TextVerdict(est.band, est.range, f"{self.attack}'s exact checks", est.why,  # type: ignore[arg-type]
+                              what_it_reveals(tm, diag, certified))
         measured = self._measure(truth, sequences, tok) if truth is not None else None
         if measured is not None:
             fail = gate_on(measured.band, measured.band_range, "measured", "measured against the truth", self.gate)
@@ -101,7 +107,7 @@ class TextReconstructJob:
         cfg = tm.checkpoint.model.config
         return {"path": tm.checkpoint.source, "model_type": tm.checkpoint.model_type, "kind": tm.checkpoint.kind,
                 "width": int(cfg.n_embd), "layers": int(cfg.n_layer), "vocab_size": int(cfg.vocab_size),
-                "sha256": tm.checkpoint.sha256}
+                "sha256": tm.checkpoint.sha256, "adapter": tm.checkpoint.adapter}
 
     @staticmethod
     def _update(tm: TextThreatModel) -> dict[str, Any]:
@@ -124,5 +130,6 @@ def text_summary(report: TextReport, out: Path) -> dict[str, Any]:
         "risk_band": m.band if m else None, "risk_band_range": m.band_range if m else None,
         "risk_band_estimated": report.verdict.band if report.verdict else None,
         "risk_band_estimated_range": report.verdict.range if report.verdict else None,
+        "reveals": report.verdict.reveals if report.verdict else [],
         "fail_on": None if fail is None else {"band": fail.band, "gate": fail.gate, "source": fail.source_kind,
                                               "line": fail.line}})

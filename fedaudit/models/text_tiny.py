@@ -58,3 +58,21 @@ def gpt2(tokenizer: Any, width: int = 64, layers: int = 2, heads: int = 2, posit
                                      n_layer=layers, n_head=heads, bos_token_id=eos, eos_token_id=eos)
     torch.manual_seed(seed)
     return transformers.GPT2LMHeadModel(config).eval()
+
+
+def add_lora(ckpt: Any, r: int = 16, alpha: float | None = None, targets: tuple[str, ...] = ("c_attn",),
+             seed: int = 0, fresh: bool = False) -> dict[str, Any]:
+    """Inject a LoRA adapter into ``ckpt``'s model with ``peft`` (in place) and return its adapter_config.json fields.
+    Its A is PEFT's initialisation; its B is N(0, 0.02) (a fine-tuned adapter), or zero with ``fresh`` (a new one)."""
+    import peft
+
+    config: dict[str, Any] = {"r": r, "lora_alpha": alpha or r, "target_modules": list(targets), "fan_in_fan_out": True,
+              "lora_dropout": 0.0, "bias": "none"}
+    torch.manual_seed(seed)
+    ckpt.model = peft.inject_adapter_in_model(peft.LoraConfig(**config), ckpt.model, adapter_name="default").eval()
+    ckpt.adapter = {"name": "default"}
+    with torch.no_grad():
+        for name, p in ckpt.model.named_parameters():
+            if ".lora_B." in name:
+                p.zero_() if fresh else p.normal_(0.0, 0.02)
+    return config

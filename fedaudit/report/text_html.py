@@ -43,6 +43,9 @@ def _headline(report: TextReport) -> str:
         parts.append(f"<h2>Estimated leakage risk (no truth needed): <span class='band {escape(v.band)}'>"
                      f"{escape(_band(v.band))}</span>, range{_range(v.range)}</h2><p>Source: {escape(v.source)}: "
                      f"{escape(v.why)}.</p>")
+        if v.reveals:
+            parts.append("<h3>What this update reveals</h3><ul>" + "".join(f"<li>{escape(x)}</li>" for x in v.reveals)
+                         + "</ul>")
     if fail is not None and fail.line:
         parts.append(f"<p><strong>{escape(fail.line)}</strong></p>")
     return "".join(parts)

@@ -61,6 +61,7 @@ class TextVerdict:
     range: list[Band]
     source: str
     why: str
+    reveals: list[str]  # what the update does and does not reveal (shared tensors, what the checks can see)
 
 
 @dataclass

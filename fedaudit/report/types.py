@@ -268,6 +268,7 @@ class TextReconstructSummary(Document):
     risk_band_range: list[Band] | None
     risk_band_estimated: Band | None
     risk_band_estimated_range: list[Band] | None
+    reveals: list[str]
     fail_on: dict[str, Any] | None
 
 

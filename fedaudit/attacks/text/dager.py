@@ -16,7 +16,8 @@ prefix: sequences are grown token by token, an extension kept only where its new
 * a sequence that is a prefix of another is not told from it (the longer one is recovered).
 
 The span thresholds follow the reference code's defaults (1e-5 and 1e-3 on the normalised distance); the rank does
-not (``span_basis``). FedAvg deltas and LoRA adapters are not covered yet.
+not (``span_basis``). A LoRA adapter on the attention inputs is read through its factors (``input_span``): exact while
+the batch has fewer visible tokens than the adapter's rank r. FedAvg deltas are not covered yet.
 """
 
 from __future__ import annotations
@@ -74,6 +75,53 @@ def span_distance(x: torch.Tensor, basis: torch.Tensor) -> torch.Tensor:
     return (1.0 - inside).clamp_min(0.0).sqrt()
 
 
+@dataclass
+class InputSpan:
+    """What one block's attention-input gradient shows of that layer's inputs: an orthonormal basis of the span it
+    checks, the map from an input to the checked space, and the most directions the gradient can show."""
+
+    basis: torch.Tensor
+    rank: int
+    bound: int
+    source: str  # "weight" (full fine-tuning), "lora_A" or "lora_B" (a LoRA adapter's factor)
+    down: torch.Tensor | None = None  # lora_B's case: the adapter's A (r x d), which maps an input to the checked space
+
+    def distance(self, x: torch.Tensor) -> torch.Tensor:
+        if self.down is not None:
+            x = x.detach().to(torch.float64) @ self.down.T
+        return span_distance(x, self.basis)
+
+
+def _sources(gradients: dict[str, torch.Tensor], module: str) -> dict[str, str]:
+    """The gradients that show ``module``'s inputs: its weight's, or its LoRA factors' (by role)."""
+    if f"{module}.weight" in gradients:
+        return {"weight": f"{module}.weight"}
+    found = {part: next((k for k in gradients if k.startswith(f"{module}.{part}.")), None) for part in ("lora_A", "lora_B")}
+    return {k: v for k, v in found.items() if v} if all(found.values()) else {}
+
+
+def input_span(ckpt: TextCheckpoint, gradients: dict[str, torch.Tensor], layer: int, rank_tol: float | None) -> InputSpan:
+    """Block ``layer``'s attention-input span. Full fine-tuning: the rows of the weight's gradient (GPT-2's Conv1D
+    stores in x out: transposed). A LoRA adapter (W + s B A): grad A = s B^T sum_i delta_i x_i^T has its rows in the
+    inputs' span, at most r of them; a fresh adapter (B = 0) has grad A = 0, and grad B = s sum_i delta_i (A x_i)^T
+    shows the inputs through A, so candidates are mapped by A before the check (the spec's reading of the paper's
+    LoRA variant; the reference code's B path is unclear). docs/text.md."""
+    module = f"transformer.h.{layer}.attn.c_attn"
+    src = _sources(gradients, module)
+    if "weight" in src:
+        g = gradients[src["weight"]].T
+        basis, rank = span_basis(g, rank_tol)
+        return InputSpan(basis, rank, int(g.shape[1]), "weight")
+    grad_a, grad_b = gradients[src["lora_A"]], gradients[src["lora_B"]]
+    r = int(grad_a.shape[0])
+    if bool(grad_a.any()):
+        basis, rank = span_basis(grad_a, rank_tol)
+        return InputSpan(basis, rank, r, "lora_A")
+    a = dict(ckpt.model.named_parameters())[src["lora_A"]].detach().to(torch.float64)
+    basis, rank = span_basis(grad_b, rank_tol)
+    return InputSpan(basis, rank, r, "lora_B", down=a)
+
+
 @TEXT_ATTACKS.register
 class Dager(Method):
     name = "dager"
@@ -99,9 +147,11 @@ class Dager(Method):
         if ckpt.kind != "decoder":
             reasons.append(f"the {ckpt.model_type} search is not implemented (decoders only)")
         for layer in (0, 1):
-            name = f"transformer.h.{layer}.attn.c_attn.weight"
-            if name not in gradients:
-                reasons.append(f"needs block {layer}'s attention-input weight gradient ({name}), which the update withholds")
+            module = f"transformer.h.{layer}.attn.c_attn"
+            if not _sources(gradients, module):
+                where = ("a LoRA adapter on it, which the adapter does not have" if ckpt.adapter is not None
+                         else "which the update withholds")
+                reasons.append(f"needs block {layer}'s attention-input gradient ({module}.weight, or {where})")
         if local_steps != 1:
             reasons.append(f"needs a one-step (FedSGD) update; this one has {local_steps} local steps")
         return reasons
@@ -111,17 +161,20 @@ class Dager(Method):
         if why := self.reasons(ckpt, gradients, local_steps):
             raise NotApplicable("; ".join(why))
         tol = self.opts["rank-tol"] or None
-        tr = ckpt.model.transformer
-        width = int(tr.wte.weight.shape[1])
-        # Conv1D stores (in x out): the rows of the (out x in) gradient live in the inputs' space
-        bases, ranks = [], []
-        for layer in (0, 1):
-            basis, rank = span_basis(gradients[f"transformer.h.{layer}.attn.c_attn.weight"].T, tol)
-            bases.append(basis)
-            ranks.append(rank)
-        diagnostics: dict = {"ranks": ranks, "width": width}
+        width = int(ckpt.model.transformer.wte.weight.shape[1])
+        spans = [input_span(ckpt, gradients, layer, tol) for layer in (0, 1)]
+        diagnostics: dict = {"ranks": [s.rank for s in spans], "width": width, "span_source": [s.source for s in spans],
+                             "rank_bounds": [s.bound for s in spans]}
+        # a LoRA adapter's gradient shows at most r directions of its layer's inputs: at rank r the batch has at
+        # least r visible tokens, the span is a slice of the inputs' span that holds none of them, and nothing can be
+        # certified (the bound of the paper's LoRA variant, N < r)
+        diagnostics["rank_bound_reached"] = any(s.source != "weight" and s.rank >= s.bound for s in spans)
+        empty = DagerResult([], [], [], {**diagnostics, "saturated": False, "consistent": False,
+                                         "tokens_per_position": [], "complete_sequences": 0})
+        if diagnostics["rank_bound_reached"]:
+            return empty
         with torch.no_grad():
-            tokens = None if self._holds_anything(ckpt, bases[1]) else self._tokens(ckpt, bases[0])
+            tokens = None if self._holds_anything(ckpt, spans[1]) else self._tokens(ckpt, spans[0])
             # where a span holds (nearly) every candidate, as at a full rank (LayerNorm's outputs span d - 1
             # directions when its bias is 0), the check tells nothing apart; the regime is all or nothing (a few
             # candidates pass, or all), so half of them marks it: block 1's span probed with random sequences,
@@ -130,9 +183,9 @@ class Dager(Method):
             saturated = tokens is None
             diagnostics["saturated"] = saturated
             if tokens is None:
-                return DagerResult([], [], [], {**diagnostics, "consistent": False, "tokens_per_position": [],
-                                                "complete_sequences": 0})
-            sequences, scores = self._sequences(ckpt, tokens, bases[1])
+                empty.diagnostics["saturated"] = True
+                return empty
+            sequences, scores = self._sequences(ckpt, tokens, spans[1])
         order = sorted(range(len(sequences)), key=lambda i: scores[i])
         # a truth-free check of the whole search: a batch holds at most B distinct sequences; more means block 1's
         # span let through what the batch does not hold (too many visible tokens for the width, or a rank
@@ -148,21 +201,21 @@ class Dager(Method):
             {**diagnostics, "consistent": consistent, "tokens_per_position": per_position,
              "complete_sequences": len(sequences)})
 
-    def _holds_anything(self, ckpt: TextCheckpoint, basis: torch.Tensor, probes: int = 64) -> bool:
+    def _holds_anything(self, ckpt: TextCheckpoint, span: InputSpan, probes: int = 64) -> bool:
         """Whether block 1's span holds more than half of ``probes`` random two-token sequences (seeded): then it
         holds every candidate (the visible positions reach the width there) and step 2 cannot tell any apart."""
         rows = int(ckpt.model.transformer.wte.weight.shape[0])
         seqs = torch.randint(rows, (probes, 2), generator=torch.Generator().manual_seed(0))
-        return 2 * int((self._last_distance(ckpt, seqs, basis) < self.opts["tau2"]).sum()) > probes
+        return 2 * int((self._last_distance(ckpt, seqs, span) < self.opts["tau2"]).sum()) > probes
 
-    def _tokens(self, ckpt: TextCheckpoint, basis: torch.Tensor) -> list[list[int]] | None:
+    def _tokens(self, ckpt: TextCheckpoint, span: InputSpan) -> list[list[int]] | None:
         """Step 1: per position, the vocabulary entries whose block-0 input lies in block 0's span (stops at the
         first position none passes); None where more than half the vocabulary passes at a position (saturated)."""
         tr = ckpt.model.transformer
         embed, positions = tr.wte.weight, tr.wpe.weight
         out: list[list[int]] = []
         for p in range(positions.shape[0]):
-            d = span_distance(tr.h[0].ln_1(embed + positions[p]), basis)
+            d = span.distance(tr.h[0].ln_1(embed + positions[p]))
             hits = torch.nonzero(d < self.opts["tau1"]).flatten()
             if 2 * len(hits) > len(d):
                 return None
@@ -171,7 +224,7 @@ class Dager(Method):
             out.append(hits[torch.argsort(d[hits])].tolist())
         return out
 
-    def _last_distance(self, ckpt: TextCheckpoint, seqs: torch.Tensor, basis: torch.Tensor) -> torch.Tensor:
+    def _last_distance(self, ckpt: TextCheckpoint, seqs: torch.Tensor, span: InputSpan) -> torch.Tensor:
         """Block 1's input at the last position of each sequence, as a span distance. The last position attends to
         every earlier one, so causal and full attention agree there and block 0 runs without a mask."""
         tr = ckpt.model.transformer
@@ -180,10 +233,10 @@ class Dager(Method):
             h = tr.wte(chunk) + tr.wpe(torch.arange(chunk.shape[1]))
             h = tr.h[0](h)
             h = h[0] if isinstance(h, tuple) else h
-            out.append(span_distance(tr.h[1].ln_1(h[:, -1]), basis))
+            out.append(span.distance(tr.h[1].ln_1(h[:, -1])))
         return torch.cat(out)
 
-    def _sequences(self, ckpt: TextCheckpoint, tokens: list[list[int]], basis: torch.Tensor) -> tuple[list[list[int]], list[float]]:
+    def _sequences(self, ckpt: TextCheckpoint, tokens: list[list[int]], span: InputSpan) -> tuple[list[list[int]], list[float]]:
         """Step 2: grow every sequence from step 1's first-position tokens; an extension is kept where its new
         position passes block 1's check; a sequence none of whose extensions passes is complete. Returns the
         complete sequences and their mean span distance."""
@@ -192,7 +245,7 @@ class Dager(Method):
         # the first position is checked in block 1's span too: step 1 lets through tokens that only sums of the
         # batch's embeddings explain (E[t] + P[0] = (E[t] + P[q]) + (E[s] + P[0]) - (E[s] + P[q]); exactly so at
         # random init, where LayerNorm is a scaled projection), and block 0's nonlinear layers break those sums
-        first = self._last_distance(ckpt, torch.tensor([[t] for t in tokens[0]]), basis).tolist()
+        first = self._last_distance(ckpt, torch.tensor([[t] for t in tokens[0]]), span).tolist()
         beam = [[t] for t, dist in zip(tokens[0], first) if dist < self.opts["tau2"]]
         totals = [dist for dist in first if dist < self.opts["tau2"]]  # summed distances of the checked positions
         done: list[list[int]] = []
@@ -203,7 +256,7 @@ class Dager(Method):
                 scores += [t / len(s) for s, t in zip(beam, totals)]
                 break
             cands = [(b, s + [t]) for b, s in enumerate(beam) for t in tokens[i]]
-            d = self._last_distance(ckpt, torch.tensor([c for _, c in cands]), basis).tolist()
+            d = self._last_distance(ckpt, torch.tensor([c for _, c in cands]), span).tolist()
             kept = [(b, c, dist) for (b, c), dist in zip(cands, d) if dist < self.opts["tau2"]]
             extended = {b for b, _, _ in kept}
             for b, s in enumerate(beam):

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from fedaudit.cli.console import clean, emit_json, err_console, info_line, refuse_existing
 from fedaudit.cli.errors import handle_errors
-from fedaudit.cli.options import AllowCustomArchOpt, BNMode, CheckpointArg, ForceOpt, Kind, QuietOpt, Reduction, SeedOpt, Sign
+from fedaudit.cli.options import AllowCustomArchOpt, BaseOpt, BNMode, CheckpointArg, ForceOpt, Kind, QuietOpt, Reduction, SeedOpt, Sign
 from fedaudit.errors import InputError
 
 
@@ -51,6 +51,7 @@ def register(app) -> None:
             "cpu (the default: a recorded update comes out the same on every machine) | auto | cuda | cuda:N"))] = "cpu",
         max_length: Annotated[int, typer.Option("--max-length", help=(
             "Text only: tokens per sequence, the end-of-sequence token included (longer lines are cut)."))] = 32,
+        base: BaseOpt = None,
         seed: SeedOpt = 0,
         force: ForceOpt = False,
         quiet: QuietOpt = False,
@@ -78,7 +79,7 @@ def register(app) -> None:
                 raise InputError(f"{given[0]} is not supported for a text capture (a language-model folder)")
             from fedaudit.jobs.text_capture import TextCaptureJob
 
-            out = TextCaptureJob(checkpoint, images, batch_size, local_steps, lr, max_length, seed).run_to(output, truth)
+            out = TextCaptureJob(checkpoint, images, batch_size, local_steps, lr, max_length, seed, base).run_to(output, truth)
             info_line(f"recorded {out['kind']} of {out['num_examples']} text lines (B={batch_size}, K={local_steps}, "
                       f"at most {max_length} tokens each) -> {output}", quiet)
             emit_json(out)

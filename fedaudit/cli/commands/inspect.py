@@ -6,7 +6,7 @@ from rich.table import Table
 
 from fedaudit.cli.console import check_output_file, clean, emit_json, err_console
 from fedaudit.cli.errors import handle_errors
-from fedaudit.cli.options import AllowCustomArchOpt, CheckpointArg, ForceOpt, IgnoreBaseOpt, OutputOpt, QuietOpt, UpdateArg
+from fedaudit.cli.options import AllowCustomArchOpt, BaseOpt, CheckpointArg, ForceOpt, IgnoreBaseOpt, OutputOpt, QuietOpt, UpdateArg
 from fedaudit.errors import InputError
 
 
@@ -21,11 +21,11 @@ def _table(info: dict) -> Table:
     return t
 
 
-def _inspect_text(checkpoint, update, output, quiet: bool, ignore_base_mismatch: bool) -> None:
+def _inspect_text(checkpoint, update, output, quiet: bool, ignore_base_mismatch: bool, base) -> None:
     from fedaudit.text_inspection import inspect_text_threat_model
     from fedaudit.text_threat_model import load_text_threat_model
 
-    tm = load_text_threat_model(checkpoint, update, check_base=not ignore_base_mismatch, allow_nonfinite=True)
+    tm = load_text_threat_model(checkpoint, update, base=base, check_base=not ignore_base_mismatch, allow_nonfinite=True)
     info = inspect_text_threat_model(tm)
     emit_json(info, output)
     con = err_console(quiet)
@@ -52,7 +52,7 @@ def register(app) -> None:
     @handle_errors
     def inspect(checkpoint: CheckpointArg, update: UpdateArg, output: OutputOpt = None, force: ForceOpt = False,
                 quiet: QuietOpt = False, allow_custom_arch: AllowCustomArchOpt = False,
-                ignore_base_mismatch: IgnoreBaseOpt = False) -> None:
+                ignore_base_mismatch: IgnoreBaseOpt = False, base: BaseOpt = None) -> None:
         """Describe a recorded update: kind, batch, steps, shared/withheld tensors, norms, NaN/Inf, applicable methods.
 
         Exit 2 (after printing the JSON) when the update holds NaN or Inf.
@@ -64,8 +64,10 @@ def register(app) -> None:
         from fedaudit.io.hf_folder import is_text_checkpoint
 
         if is_text_checkpoint(checkpoint):
-            _inspect_text(checkpoint, update, output, quiet, ignore_base_mismatch)
+            _inspect_text(checkpoint, update, output, quiet, ignore_base_mismatch, base)
             return
+        if base is not None:
+            raise InputError("--base is for a LoRA adapter folder (a text checkpoint)")
         tm = load_threat_model(checkpoint, update, allow_custom_arch=allow_custom_arch, allow_nonfinite=True,
                                check_base=not ignore_base_mismatch)
         info = inspect_threat_model(tm)

@@ -93,8 +93,8 @@ _TEXT_TRUTH = flag("truth", Optional[Path], "Ground truth of a text capture ('fe
 
 
 def _text_params(info: MethodInfo) -> list[P]:
-    return params("checkpoint", "update", _TEXT_OUT, "batch_size", _TEXT_TRUTH, "truth_mismatch", "fail_on", "gate",
-                  "seed", "force", "quiet", "ignore_base_mismatch")
+    return params("checkpoint", "update", "base", _TEXT_OUT, "batch_size", _TEXT_TRUTH, "truth_mismatch", "fail_on",
+                  "gate", "seed", "force", "quiet", "ignore_base_mismatch")
 
 
 def _reconstruct_text(cls, options: dict, kw: dict) -> None:
@@ -111,7 +111,7 @@ def _reconstruct_text(cls, options: dict, kw: dict) -> None:
     outdir = OutputDir(kw["out"], force=session.force)
     with outdir:
         job = TextReconstructJob(session, kw["checkpoint"], kw["update"], cls.name, options, gate=kw["gate"].value,
-                                 truth_mismatch=kw["truth_mismatch"].value)
+                                 truth_mismatch=kw["truth_mismatch"].value, base=kw["base"])
         report = job.run_to(outdir, kw["truth"])
     certified = sum(s.certified for s in report.sequences)
     info_line(f"{cls.name}: {len(report.sequences)} sequences recovered, {certified} passed every exact check "
