@@ -91,3 +91,21 @@ def stdout_documents_follow_their_schema(monkeypatch):
     monkeypatch.setattr(write, "dumps_json", checked)  # report.json's writer holds its own reference
     monkeypatch.setattr(audit, "dumps_json", checked)  # and audit.json's
     monkeypatch.setattr(audit_round, "dumps_json", checked)  # and audit_round.json's
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    """The offline byte-level BPE tokenizer (2,000 entries) of the text tests (tests/test_text*.py)."""
+    pytest.importorskip("transformers")
+    from fedaudit.models.text_tiny import train_tokenizer
+
+    return train_tokenizer(2000)
+
+
+@pytest.fixture(scope="session")
+def tiny(tokenizer, tmp_path_factory):
+    """A GPT-2 folder (width 64, two blocks, random init) for that tokenizer."""
+    from fedaudit.io.text_checkpoint import save_text_checkpoint
+    from fedaudit.models.text_tiny import gpt2
+
+    return save_text_checkpoint(tmp_path_factory.mktemp("gpt2") / "tiny", gpt2(tokenizer, width=64), tokenizer)

@@ -28,6 +28,11 @@ SAMPLE_NAMES = sorted(p.name for p in SAMPLES.iterdir() if (p / "checkpoint.safe
 CIFAR_SPEC = ModelSpec("lenet", 10, (3, 32, 32), CIFAR10_MEAN, CIFAR10_STD)
 
 
+# four lines of a client's text (tests/test_text*.py)
+TEXT_LINES = ["The quick brown fox jumps over the lazy dog.", "Federated learning keeps data on the device.",
+              "Gradients can leak the text they were computed on.", "A reviewer audits every recorded update."]
+
+
 class Cli:
     """In-process CLI calls with separate stdout/stderr and no colour."""
 

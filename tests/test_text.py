@@ -17,18 +17,7 @@ from fedaudit.io.text_checkpoint import load_text_checkpoint, save_text_checkpoi
 from fedaudit.metrics.text import text_scores, token_accuracy  # noqa: E402
 from fedaudit.models.text_tiny import gpt2, train_tokenizer  # noqa: E402
 
-LINES = ["The quick brown fox jumps over the lazy dog.", "Federated learning keeps data on the device.",
-         "Gradients can leak the text they were computed on.", "A reviewer audits every recorded update."]
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return train_tokenizer(2000)
-
-
-@pytest.fixture(scope="module")
-def folder(tokenizer, tmp_path_factory):
-    return save_text_checkpoint(tmp_path_factory.mktemp("gpt2") / "tiny", gpt2(tokenizer, width=64), tokenizer)
+from .helpers import TEXT_LINES as LINES  # noqa: E402
 
 
 def truth(batch):
@@ -36,8 +25,8 @@ def truth(batch):
     return [batch.ids[i, : n - 1].tolist() for i, n in enumerate(batch.lengths)]
 
 
-def test_dager_recovers_a_batch_of_four_exactly(folder):
-    ckpt = load_text_checkpoint(folder)
+def test_dager_recovers_a_batch_of_four_exactly(tiny):
+    ckpt = load_text_checkpoint(tiny)
     grads, meta, batch = capture_text_gradient(ckpt, LINES, max_length=12)
     assert meta.batch_size == 4 and meta.kind == "gradient"
     result = TEXT_ATTACKS.get("dager")().run(ckpt, grads, meta.batch_size)
@@ -58,8 +47,8 @@ def test_dager_says_when_the_span_is_full(tokenizer, tmp_path):
     assert result.diagnostics["saturated"] and result.sequences == []
 
 
-def test_dager_needs_the_first_blocks_gradients(folder):
-    ckpt = load_text_checkpoint(folder)
+def test_dager_needs_the_first_blocks_gradients(tiny):
+    ckpt = load_text_checkpoint(tiny)
     grads, meta, _ = capture_text_gradient(ckpt, LINES[:2], max_length=8)
     del grads["transformer.h.1.attn.c_attn.weight"]
     with pytest.raises(NotApplicable, match="block 1"):
@@ -99,11 +88,11 @@ def test_text_scores_match_and_grade():
     assert token_accuracy([1, 2], [1, 2, 3]) == 1.0 and token_accuracy([1, 2], [2]) == 0.0
 
 
-def test_dager_checks_the_first_token_in_block_one(folder):
+def test_dager_checks_the_first_token_in_block_one(tiny):
     """Step 1 lets a token through at a position where sums of the batch's embeddings explain it: 11 at position 0,
     as E[11] + P[0] = (E[11] + P[1]) + (E[10] + P[0]) - (E[10] + P[1]) (exactly so at random init, where LayerNorm
     is a scaled projection). Block 1's check of the first position removes it."""
-    ckpt = load_text_checkpoint(folder)
+    ckpt = load_text_checkpoint(tiny)
     eos = ckpt.eos_id
     seqs = [[10, 11, 12, eos], [13, 10, 14, eos], [15, 16, 17, eos]]
     batch = TextBatch(torch.tensor(seqs), torch.ones(3, 4, dtype=torch.long), [4, 4, 4])

@@ -18,18 +18,7 @@ from fedaudit.metrics.text_risk import estimated_text_band, measured_text_band  
 from fedaudit.models.text_tiny import gpt2, train_tokenizer  # noqa: E402
 from fedaudit.report.text_html import marked_pair  # noqa: E402
 
-LINES = ["The quick brown fox jumps over the lazy dog.", "Federated learning keeps data on the device.",
-         "Gradients can leak the text they were computed on.", "A reviewer audits every recorded update."]
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return train_tokenizer(2000)
-
-
-@pytest.fixture(scope="module")
-def tiny(tokenizer, tmp_path_factory):
-    return save_text_checkpoint(tmp_path_factory.mktemp("gpt2") / "tiny", gpt2(tokenizer, width=64), tokenizer)
+from .helpers import TEXT_LINES as LINES  # noqa: E402
 
 
 @pytest.fixture(scope="module")

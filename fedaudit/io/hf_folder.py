@@ -3,7 +3,11 @@ image loader to refuse it with one line and by the text commands to take it (fed
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
+
+from fedaudit.errors import InputError
 
 CONFIG, WEIGHTS, TOKENIZER = "config.json", "model.safetensors", "tokenizer.json"
 ADAPTER = "adapter_config.json"  # a PEFT adapter folder: the weights of a base model it names, not a model
@@ -14,3 +18,14 @@ def is_text_checkpoint(path: str | Path) -> bool:
     one)."""
     p = Path(path)
     return p.is_dir() and ((p / CONFIG).is_file() or (p / ADAPTER).is_file())
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """A folder's JSON config (``config.json``, ``adapter_config.json``) as a dict, or one InputError line."""
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{path}: not a readable JSON config ({exc})") from None
+    if not isinstance(config, dict):
+        raise InputError(f"{path}: not a JSON object")
+    return config

@@ -17,7 +17,7 @@ from typing import Any
 
 from fedaudit.errors import InputError
 from fedaudit.io.files import atomic_write_bytes, atomic_write_text, read_safetensors, safetensors_bytes, sha256_file
-from fedaudit.io.hf_folder import ADAPTER, CONFIG
+from fedaudit.io.hf_folder import ADAPTER, CONFIG, read_config
 from fedaudit.io.text_checkpoint import (
     TextCheckpoint,
     load_text_checkpoint,
@@ -44,12 +44,7 @@ def _peft() -> Any:
 
 
 def _adapter_config(folder: Path) -> dict[str, Any]:
-    try:
-        config = json.loads((folder / ADAPTER).read_text())
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{folder / ADAPTER}: not a readable JSON config ({exc})") from None
-    if not isinstance(config, dict):
-        raise InputError(f"{folder / ADAPTER}: not a JSON object")
+    config = read_config(folder / ADAPTER)
     if config.get("peft_type") != "LORA":
         raise InputError(f"{folder / ADAPTER}: peft_type {config.get('peft_type')!r} is not supported (LoRA only)")
     for key, what in UNSUPPORTED.items():

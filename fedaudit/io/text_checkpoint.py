@@ -17,7 +17,7 @@ import torch
 from fedaudit.errors import InputError
 from fedaudit.io.checkpoint import load_state_strict
 from fedaudit.io.files import atomic_write_bytes, atomic_write_text, read_safetensors, safetensors_bytes, sha256_file
-from fedaudit.io.hf_folder import ADAPTER, CONFIG, TOKENIZER, WEIGHTS, is_text_checkpoint
+from fedaudit.io.hf_folder import ADAPTER, CONFIG, TOKENIZER, WEIGHTS, is_text_checkpoint, read_config
 from fedaudit.models.text_extra import text_extra
 
 # model_type -> (transformers class name, the decoder/encoder kind DAGER's search follows)
@@ -78,12 +78,7 @@ def refuse_adapter_without_base(folder: Path) -> None:
 
 
 def _config(folder: Path) -> dict:
-    try:
-        config = json.loads((folder / CONFIG).read_text())
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{folder / CONFIG}: not a readable JSON config ({exc})") from None
-    if not isinstance(config, dict):
-        raise InputError(f"{folder / CONFIG}: not a JSON object")
+    config = read_config(folder / CONFIG)
     model_type = config.get("model_type")
     if model_type not in FAMILIES:
         raise InputError(f"{folder / CONFIG}: model_type {model_type!r} is not supported "

@@ -10,9 +10,10 @@ from fedaudit.cli.options import AllowCustomArchOpt, BaseOpt, CheckpointArg, For
 from fedaudit.errors import InputError
 
 
-def _table(info: dict) -> Table:
+def _table(info: dict, model: str) -> Table:
+    """Each parameter: shape, shared or withheld, its gradient's norm (``model``: the title's name of the model)."""
     t = Table("parameter", "shape", "shared", "grad norm", title=(
-        f"{info['checkpoint']['arch']} | kind={info['kind']} B={info['batch_size']} K={info['local_steps']} "
+        f"{model} | kind={info['kind']} B={info['batch_size']} K={info['local_steps']} "
         f"| {len(info['parameters_present'])} shared, {len(info['parameters_absent'])} withheld"))
     for row in info["layers"]:
         norm = row.get("grad_norm")
@@ -29,15 +30,7 @@ def _inspect_text(checkpoint, update, output, quiet: bool, ignore_base_mismatch:
     info = inspect_text_threat_model(tm)
     emit_json(info, output)
     con = err_console(quiet)
-    t = Table("parameter", "shape", "shared", "grad norm", title=(
-        f"{info['checkpoint']['model_type']} (d={info['checkpoint']['width']}) | kind={info['kind']} "
-        f"B={info['batch_size']} K={info['local_steps']} | {len(info['parameters_present'])} shared, "
-        f"{len(info['parameters_absent'])} withheld"))
-    for row in info["layers"]:
-        norm = row.get("grad_norm")
-        t.add_row(clean(row["name"]), "x".join(map(str, row["shape"])), "yes" if row["present"] else "NO",
-                  "NaN/Inf" if row.get("finite") is False else ("" if norm is None else f"{norm:.4g}"))
-    con.print(t)
+    con.print(_table(info, f"{info['checkpoint']['model_type']} (d={info['checkpoint']['width']})"))
     for name, a in info["attacks"].items():
         con.print(f"{name}: " + ("applies" if a["applicable"] else "not applicable: " + clean("; ".join(a["why_not"]))))
     for w in info["warnings"]:
@@ -73,7 +66,7 @@ def register(app) -> None:
         info = inspect_threat_model(tm)
         emit_json(info, output)
         con = err_console(quiet)
-        con.print(_table(info))
+        con.print(_table(info, info['checkpoint']['arch']))
         for w in info["warnings"]:
             con.print(f"warning: {clean(w)}")
         if tm.nonfinite:
