@@ -162,7 +162,8 @@ def _cell(values: list[float]) -> str:
 def rows_of(dirs: list[Path]) -> list[dict]:
     """Every client of ``dirs``, with what later runs added: OUT/runs/strategy.jsonl fills in auto's sub-route where
     the first run did not record it (a rerun of the same deterministic reading: its InsAcc must match), other runs
-    add their method as a column (``rerun --method``; tag ``after``: auto after a change, as ``auto-after``)."""
+    add their method as a column (``rerun --method``; tag ``after``: auto after a change, as ``auto-after``; auto
+    under another tag: the tag)."""
     rows = []
     for d in dirs:
         mine = [json.loads(line) for line in (d / "clients.jsonl").read_text().splitlines() if line.strip()]
@@ -179,7 +180,9 @@ def rows_of(dirs: list[Path]) -> list[dict]:
                         raise SystemExit(f"{run}: {_key(rec)} read {rec['auto']['InsAcc']}, stored {stored['InsAcc']}")
                     stored.setdefault("strategy", rec["auto"].get("strategy"))
                 else:
-                    name = "auto-after" if run.stem == "after" else rec.get("method", run.stem)
+                    # a rerun of auto under another tag is that tag's column (never auto's own)
+                    name = "auto-after" if run.stem == "after" else \
+                        run.stem if rec.get("method", "auto") == "auto" else rec["method"]
                     row["methods"][name] = rec["auto"]
         rows += mine
     return [r for r in rows if "auto" in r["methods"] and "auto-ensemble" in r["methods"]]

@@ -341,8 +341,8 @@ def test_auto_reads_a_fedavg_delta_on_the_classes_its_output_layer_shows_present
     """K = 8 steps with momentum 0.9 (no weight decay): the output-weight delta is a positive combination of the steps'
     gradients, so a row with a positive entry proves its class present (presence.py). A two-class client (digits in
     class order) reads as its last class in the output layer (measured 0.50); both classes are shown, and ``auto``
-    projects bn-count's reading of the BN mixture onto them (0.97). A random client whose bias delta has two negative
-    entries went to LLG's few-class reading (0.36); all ten classes are shown, so bias-count (0.83)."""
+    projects bn-count's reading of the BN mixture onto them (0.97). A random client: all ten classes are shown, and the
+    class-count route's ensemble reading keeps every shown class (at least one sample each)."""
     from benchmarks.labels_fedavg import victims
 
     x, y, aux, model = setting
@@ -358,11 +358,9 @@ def test_auto_reads_a_fedavg_delta_on_the_classes_its_output_layer_shows_present
             assert r.diagnostics["multi_step_aware"] and r.counts_int.count_nonzero() == 2
             assert insacc(before, y[idx]) <= 0.6 and insacc(r, y[idx]) >= 0.9
         else:
-            assert shown["before"]["strategy"] == "hybrid, few classes" and shown["before"]["chosen"] == "llg"
-            assert r.diagnostics["strategy"] == "hybrid, few classes, rerouted by shown classes"
-            bc = LabelJob(Session(aux=aux), tm, "bias-count").result()
-            assert r.counts_int.tolist() == bc.counts_int.tolist()
-            assert insacc(r, y[idx]) >= insacc(before, y[idx]) + 0.3
+            assert shown["before"]["strategy"] == "hybrid, few classes (ensemble)"
+            assert r.diagnostics["strategy"] == "hybrid, few classes (ensemble)" and r.counts_int.count_nonzero() == 10
+            assert insacc(r, y[idx]) >= 0.75, insacc(r, y[idx])
 
 
 @pytest.mark.slow
@@ -403,7 +401,7 @@ def test_auto_splits_a_two_step_clients_shown_classes_by_the_bn_reading_and_bias
 def test_auto_reads_a_random_init_bn_delta_on_the_classes_it_shows_present():
     """At random init too (softmax spread 0.11-0.15, not trained-like): a two-class client of labels_fedavg's
     width-16 ConvNet (K = 8 steps of 8 with momentum 0.9, the first class first) reads as its last class in the output
-    layer, and LLG, the few-class route, follows it (0.62 when written); the delta shows both classes and bn-count's
+    layer, and the class-count route's ensemble follows it; the delta shows both classes and bn-count's
     rejected reading of the BN mixture, projected onto them, splits the batch between them (1.0; held out on 16 such
     clients 68.2 -> 85.9%, docs/results/labels.md, "Shown classes on the BN ConvNet at random init")."""
     from benchmarks.labels import data, make_model
@@ -416,6 +414,6 @@ def test_auto_reads_a_random_init_bn_delta_on_the_classes_it_shows_present():
     d, shown = r.diagnostics, r.diagnostics["shown_classes"]
     assert d["softmax_spread"] < 0.3  # input-independent by the rules' threshold: not a trained-like model
     assert set(shown["classes"]) == set(truth.tolist())
-    assert shown["before"]["chosen"] == "llg" and d["strategy"] == "hybrid, few shown classes on a delta (BN reading)"
+    assert shown["before"]["chosen"] == "ensemble" and d["strategy"] == "hybrid, few shown classes on a delta (BN reading)"
     before = SimpleNamespace(counts_int=torch.tensor(shown["before"]["counts"]))
-    assert insacc(before, truth) <= 0.7 and insacc(r, truth) >= 0.9
+    assert insacc(before, truth) <= 0.75 and insacc(r, truth) >= 0.9, (insacc(before, truth), insacc(r, truth))

@@ -111,7 +111,7 @@ def test_auto_keeps_the_earlier_route_on_a_model_too_large_for_client_fit(digits
     pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")])])
 def test_auto_reads_a_few_class_lenet_delta_by_client_fit_on_the_classes_it_shows(digits, device):
     """A two-class client of an untrained DLG LeNet (K = 4 steps of 8, the first class first): the output layer's
-    delta shows mostly the last steps' class, so LLG, the few-class route, reads half the batch (0.50 when written);
+    delta shows mostly the last steps' class, so the class-count route's ensemble reads the batch badly;
     the delta shows both classes present (presence.py), and ``auto`` projects client-fit's reading, which weighs
     every step, onto them (0.94; docs/results/labels.md, "Shown classes on the LeNets' deltas")."""
     from types import SimpleNamespace
@@ -125,18 +125,18 @@ def test_auto_reads_a_few_class_lenet_delta_by_client_fit_on_the_classes_it_show
     r = LabelJob(Session(aux=aux, device=torch.device(device)), tm, "auto").result()
     d, shown = r.diagnostics, r.diagnostics["shown_classes"]
     assert set(shown["classes"]) == set(y[idx].tolist())  # both present classes, no other
-    assert shown["before"]["strategy"] == "hybrid, few classes" and shown["before"]["chosen"] == "llg"
+    assert shown["before"]["strategy"] == "hybrid, few classes (ensemble)" and shown["before"]["chosen"] == "ensemble"
     assert d["strategy"] == "hybrid, few shown classes on a delta (client-fit)" and d["chosen"] == "client-fit"
     assert d["multi_step_aware"] and r.counts_int.count_nonzero() == 2 and int(r.counts_int.sum()) == 32
     before = SimpleNamespace(counts_int=torch.tensor(shown["before"]["counts"]))
-    assert insacc(before, y[idx]) <= 0.6 and insacc(r, y[idx]) >= 0.9
+    assert insacc(before, y[idx]) <= 0.75 and insacc(r, y[idx]) >= 0.9, (insacc(before, y[idx]), insacc(r, y[idx]))
 
 
 @pytest.mark.slow
 def test_auto_reads_a_two_class_delta_of_an_input_independent_lenet_on_the_classes_it_shows(digits):
     """The PyTorch-init LeNet gives every input the same softmax (spread 0.0004): a Dirichlet client keeps RLU's
-    route there (test_rlu.py), but a two-class client goes to LLG, which follows the last steps' class (0.72 when
-    written); the delta shows both classes and client-fit's reading projected onto them reads 0.875 (0.94 before
+    route there (test_rlu.py), but a two-class client goes to the class-count route, whose ensemble follows the last
+    steps' class; the delta shows both classes and client-fit's reading projected onto them reads 0.875 (0.94 before
     client-fit's pool: this client's batches are in class order, so its steps' mixes do differ; held out:
     docs/results/labels.md, "Shown classes on the LeNets' deltas", "client-fit's steps pooled")."""
     from types import SimpleNamespace
@@ -152,8 +152,9 @@ def test_auto_reads_a_two_class_delta_of_an_input_independent_lenet_on_the_class
              spec=spec)
     r = LabelJob(Session(aux=aux), tm, "auto").result()
     d, shown = r.diagnostics, r.diagnostics["shown_classes"]
-    assert d["softmax_spread"] < INPUT_INDEPENDENT and shown["before"]["chosen"] == "llg"
+    assert d["softmax_spread"] < INPUT_INDEPENDENT and shown["before"]["chosen"] == "ensemble"
     assert set(shown["classes"]) == set(y[idx].tolist())
     assert d["strategy"] == "hybrid, few shown classes on a delta (client-fit)"
     before = SimpleNamespace(counts_int=torch.tensor(shown["before"]["counts"]))
-    assert insacc(before, y[idx]) <= 0.8 and insacc(r, y[idx]) >= insacc(before, y[idx]) + 0.1
+    assert insacc(before, y[idx]) <= 0.8 and insacc(r, y[idx]) >= insacc(before, y[idx]) + 0.1, \
+        (insacc(before, y[idx]), insacc(r, y[idx]))

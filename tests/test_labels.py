@@ -205,7 +205,7 @@ def test_auto_chooses_and_says_so(name, chosen):
 
 
 @pytest.mark.slow
-def test_auto_routes_a_trained_model_to_llg(tmp_path, monkeypatch):
+def test_auto_reads_a_trained_models_few_class_batch_by_the_ensemble_and_its_shown_classes(tmp_path, monkeypatch):
     """A trained model's softmax depends on its input (spread >= 0.3): auto prefers LLG."""
     import torch.nn.functional as F
 
@@ -238,38 +238,28 @@ def test_auto_routes_a_trained_model_to_llg(tmp_path, monkeypatch):
     assert int(ev.counts_int.sum()) == 4 and len(ev.diagnostics["candidates"]) >= 5
     best = min(ev.diagnostics["candidates"], key=lambda c: c["score"])
     assert ev.counts_int.tolist() == best["counts"] and ev.diagnostics["score"] == best["score"]
-    # the default (hybrid) uses it there unless the output bias gradient shows at most two classes (then LLG, or all
-    # four on one class where one entry is negative and LLG agrees) or three (bias-count or LLG by the share of the
-    # batch bias-count puts on the positive entries); which depends on how sure the trained model is of these four
-    # digits (a sure sample's entry is near 0, either sign). Those routes come after sample-split's, which takes a
-    # batch this small (B < C; tests/test_sample_split.py) and is switched off here
-    from fedaudit.labels.auto_routes import class_count, shown, split
+    # the default (hybrid) reads the plain ensemble there where the output bias gradient shows at most two classes
+    # (the class-count route), or all four on one class where one entry is negative and LLG and HFGI agree, and
+    # bias-count where it shows three (which depends on how sure the trained model is of these four digits). That
+    # route comes after sample-split's, which takes a batch this small (B < C;
+    # tests/test_sample_split.py) and is switched off here
+    from fedaudit.labels.auto_routes import shown, split
 
     monkeypatch.setattr(split, "by_sample_split", lambda *args: None)
-    # the shown-classes step after those routes is checked at the end (it is switched off until then)
+    # the shown-classes step after the route is checked at the end (it is switched off until then)
     shown_step = shown.by_shown_classes
     monkeypatch.setattr(shown, "by_shown_classes", lambda tm, session, spread, result, **kw: result)
     r = _plain("auto", trained, aux)
     negative = int((trained.final_bias_grad < 0).sum())
-    if negative <= 2:
-        assert (r.diagnostics["strategy"], r.diagnostics["chosen"]) in {("hybrid, few classes", "llg"),
-                                                                        ("hybrid, one class", "one class")}
-    elif negative == 3:
-        share = r.diagnostics["bias_count_share_on_positive"]
-        assert (r.diagnostics["strategy"], r.diagnostics["chosen"]) == \
-            (("hybrid, mostly invisible", "bias-count") if share > 0.6 else ("hybrid, three classes", "llg"))
-        # the other side of the threshold takes the other method's counts
-        monkeypatch.setattr(class_count, "INVISIBLE_SHARE", share - 0.01 if share <= 0.6 else share + 0.01)
-        other = _plain("auto", trained, aux)
-        method = "bias-count" if share <= 0.6 else "llg"
-        assert other.diagnostics["chosen"] == method
-        assert other.counts_int.tolist() == _plain(method, trained, aux).counts_int.tolist()
-    else:
-        assert r.diagnostics["strategy"] == "evidence" and r.counts_int.tolist() == ev.counts_int.tolist()
+    routes = {("hybrid, few classes (ensemble)", "ensemble"), ("hybrid, one class", "one class")} if negative <= 2 \
+        else {("hybrid, many classes", "bias-count")}
+    assert (r.diagnostics["strategy"], r.diagnostics["chosen"]) in routes
+    if r.diagnostics["chosen"] == "ensemble":
+        ens = LabelJob(Session(aux=aux), trained, "auto", {"strategy": "ensemble"}).result()
+        assert r.counts_int.tolist() == ens.counts_int.tolist()
     # the classes whose output-weight-gradient row has a negative entry are in the batch for certain (ReLU features):
     # a batch of three classes shows at most three, and the counts are read on them only
     monkeypatch.setattr(shown, "by_shown_classes", shown_step)
-    monkeypatch.setattr(class_count, "INVISIBLE_SHARE", 0.6)
     r = _plain("auto", trained, aux)
     shown = r.diagnostics["shown_classes"]["classes"]
     assert shown and set(shown) <= {1, 4, 7} and r.diagnostics["strategy"] == "hybrid, few shown classes"

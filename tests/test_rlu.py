@@ -95,13 +95,11 @@ def test_auto_by_evidence_on_a_fedavg_delta_beats_the_rules(digits):
     assert sum(ev_acc) >= sum(rules_acc) + 0.2, (ev_acc, rules_acc)  # 3.25 against 2.88 when written
 
 
-def test_auto_sends_a_two_class_fedavg_delta_to_llg(digits):
+def test_auto_reads_a_two_class_fedavg_delta_on_the_classes_it_shows(digits):
     """A non-IID client (two classes, shuffled) with K = 4 steps at lr 0.1: two negative output-bias entries route the
-    hybrid strategy to LLG, which is more accurate there than the evidence's choice (RLU). At lr 0.01 RLU with its
-    simulated progress is level with LLG on such clients (94.0 against 92.8 at K = 4 over both LeNets) and ahead on
-    two of these four; over the lr 0.1 grid LLG leads by 6-15 points (docs/results/labels.md). The delta then shows
-    both classes present, and client-fit's reading projected onto them replaces LLG's (as good or better on these
-    clients: 0.83 -> 0.88 and 0.77 -> 0.77 when written)."""
+    hybrid strategy to the class-count route (the plain ensemble since its count rules were pruned). The delta then
+    shows both classes present, and client-fit's reading projected onto them replaces the route's, at least as
+    accurate as the route and the evidence."""
     from types import SimpleNamespace
 
     x, y, aux = digits
@@ -115,14 +113,13 @@ def test_auto_sends_a_two_class_fedavg_delta_to_llg(digits):
         tm = _tm(x[idx], y[idx], CaptureConfig(batch_size=16, local_steps=4, lr=0.1, kind="delta", bn_mode="eval"))
         chosen = LabelJob(Session(aux=aux), tm, "auto").result()
         route = chosen.diagnostics["shown_classes"]["before"]
-        assert route["strategy"] == "hybrid, few classes" and route["chosen"] == "llg"
+        assert route["strategy"] == "hybrid, few classes (ensemble)" and route["chosen"] == "ensemble"
         assert chosen.diagnostics["negative_bias_entries"] <= 2
         assert chosen.diagnostics["strategy"] == "hybrid, few shown classes on a delta (client-fit)"
         routed.append(insacc(SimpleNamespace(counts_int=torch.tensor(route["counts"])), y[idx]))
         final.append(insacc(chosen, y[idx]))
         evidence.append(insacc(LabelJob(Session(aux=aux), tm, "auto", {"strategy": "evidence"}).result(), y[idx]))
-    assert sum(routed) >= sum(evidence) + 0.3, (routed, evidence)  # 1.59 against 1.02 on these batches
-    assert sum(final) >= sum(routed), (final, routed)  # 1.64 against 1.59
+    assert sum(final) >= max(sum(routed), sum(evidence)), (final, routed, evidence)
 
 
 def test_integer_counts_keeps_the_total():

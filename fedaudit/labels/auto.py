@@ -4,10 +4,10 @@
 outputs: random-init models). Elsewhere, a one-step upload of a model with a hidden linear layer wider than the batch
 goes to hidden-split where it verifies at least half of the samples, and one of a batch smaller than the class count
 to sample-split where its fit explains the update (it splits the update into its samples instead of reading per-class
-error masses). Then a route by the number of negative output-bias-gradient entries: at
-most two (a batch of few classes) goes to LLG (the evidence follows RLU, which trails LLG there;
-docs/results/labels.md); on a model with trained-like outputs at least four goes to bias-count, and three, in a
-one-step upload, to bias-count where it puts most of the batch on the classes with a positive entry, else to LLG.
+error masses). Then the class-count route, by the number of negative output-bias-gradient entries: at most two
+(a batch of few classes) reads the plain ensemble of the count methods (LLG, the earlier rule, did not beat it on 348
+held-out clients: docs/results/labels.md, "Which routes earn their place"), more on a model with trained-like outputs
+bias-count, and the whole batch goes to one class where one entry is negative and LLG and HFGI agree.
 What no route takes goes to client-fit or the mean of the methods on FedAvg deltas (below) and to the evidence on
 one-step updates. Before all these, a one-step upload of a trained-like model that carries BN buffers, with
 labelled aux images, goes to bn-count unless the batch reads as a single class (then all to that class; the BN
@@ -28,8 +28,8 @@ e.g. the ConvNet, where RLU trails bias-count and ZLG by 20-50 points and client
 average, docs/results/labels.md, "client-fit on the BN ConvNet") first go to bn-count where labelled aux images are
 given and its counts explain the BN buffers' mixture of the K batches to a relative residual below 0.05 and the model
 moved less than 0.01 of its norm (on 36 held-out trained ConvNet clients: 87.0% against 77.7), then to the class-count
-routes (where the many-classes route's bias-count answers a client whose BN reading was rejected, the mean with that
-reading and LLG's where those two agree: auto_routes/bn_mixture.py's ``by_agreement``), then get the mean of the count
+route (where its bias-count answers a client whose BN reading was rejected, the mean with that reading and LLG's where
+those two agree: auto_routes/bn_mixture.py's ``by_agreement``), then get the mean of the count
 vectors of bias-count, ZLG, iLRG, LLG, LLG+ and RLU (``--strategy ensemble`` everywhere), which trails the best single
 method by 4.1-7.5 points on the ConvNet's held-out batches (benchmarks/labels_ensemble.py). The ensemble trails the
 evidence on one-step updates, where it is not used. Last, on any delta (after every route but RLU's on a model whose
@@ -78,9 +78,8 @@ class Auto(LabelMethod):
                      "ensemble: the mean of the candidates' counts; hybrid: rules where they are exact (one step, "
                      "input-independent outputs), hidden-split on trained models' one-step uploads where a hidden "
                      "linear layer is wider than the batch, sample-split on those of B < C samples, "
-                     "bn-count on trained models' one-step uploads with BN buffers, LLG on "
-                     "few classes, bias-count on many classes of a trained model (three: bias-count or LLG by how much of "
-                     "the batch bias-count puts on the positive entries), "
+                     "bn-count on trained models' one-step uploads with BN buffers, the ensemble on "
+                     "few classes, bias-count on more of a trained model (one class where LLG and HFGI agree), "
                      "client-fit (models without batch-statistics BatchNorm) or the "
                      "ensemble on other FedAvg deltas (bn-count first on BN buffers' mixtures it explains), "
                      "evidence elsewhere",

@@ -19,7 +19,6 @@ from fedaudit.labels.auto_routes.common import (
     parameters,
     read_shown,
     regime,
-    routed,
     run_each,
 )
 from fedaudit.labels.base import LabelResult
@@ -37,8 +36,7 @@ def by_shown_classes(tm: ThreatModel, session: Session, spread: float | None, re
     classes whose output-weight-gradient row has a negative entry are present for certain
     (fedaudit/labels/presence.py). Where at most FEW_SHOWN are shown, the batch is read as those classes only:
     the mean of the SHOWN_MEMBERS' counts, each projected onto them (a count method spreads a few-class batch over
-    absent classes); where more are shown, a route that read the batch as a few-class one (LLG, by at most three
-    negative bias entries) gives way to bias-count, and every shown class gets at least one sample. Not after the
+    absent classes); where more are shown, every shown class gets at least one sample. Not after the
     routes that read BN buffers (not measured) or where the test cannot be read (the reason is reported in
     ``shown_classes``)."""
     d = result.diagnostics
@@ -63,10 +61,9 @@ def by_shown_classes(tm: ThreatModel, session: Session, spread: float | None, re
 
 
 def _with_shown(tm: ThreatModel, session: Session, spread: float | None, result: LabelResult,
-                min_feature: float | None, few: Few, reroute: str | None = "bias-count") -> LabelResult:
+                min_feature: float | None, few: Few) -> LabelResult:
     """The shown-classes step around ``few(shown, info)``, the answer where at most FEW_SHOWN classes are shown
-    (None: go on): where more are shown, a route that read the batch as a few-class one (LLG) gives way to
-    ``reroute`` (the many-classes route's method; None: no reroute); every shown class gets at least one sample.
+    (None: go on); where more are shown, every shown class gets at least one sample of the route's reading.
     The classes, each row's relative minimum and the route's answer (``before``) go to
     ``diagnostics.shown_classes``, or why the test cannot be read."""
     d = result.diagnostics
@@ -85,12 +82,6 @@ def _with_shown(tm: ThreatModel, session: Session, spread: float | None, result:
         answer = few(classes, info)
         if answer is not None:
             return answer
-    elif reroute and d.get("chosen") == "llg" \
-            and d.get("strategy") in ("hybrid, few classes", "hybrid, three classes"):
-        runs, _ = run_each(tm, session, (reroute,))
-        if runs:
-            info["rerouted"] = f"more classes shown than the route's few-class reading: {reroute}"
-            result = routed(runs[0], d["strategy"] + ", rerouted by shown classes", spread, negative_entries(tm), {})
     floored = presence.floor(result.counts_int, classes)
     if not torch.equal(floored, result.counts_int):
         info["floored"] = True
@@ -124,15 +115,15 @@ def by_shown_on_delta(tm: ThreatModel, session: Session, result: LabelResult, no
 
     * BatchNorm with batch statistics: bn-count's reading of the BN mixture (accepted or rejected; the route's
       counts where bn-count did not run), up to ``mean_steps`` local steps (option shown-mean-steps) averaged with
-      bias-count's counts on the shown classes (both readings go to ``shown_classes``); more shown: bias-count
+      bias-count's counts on the shown classes (both readings go to ``shown_classes``)
       (held out on another trained ConvNet: two-class clients 67.9 -> 88.4%, the others unchanged;
       docs/results/labels.md, "Shown classes on FedAvg deltas"; at random init, "Shown classes on the BN ConvNet
       at random init");
-    * other models: client-fit's counts (the route's own where it ran); more shown: client-fit
+    * other models: client-fit's counts (the route's own where it ran)
       (docs/results/labels.md, "Shown classes on the LeNets' deltas").
 
     Where the outputs do not depend on the input (spread below INPUT_INDEPENDENT) RLU's model is exact and its
-    route is kept; the step runs there after the other routes only (LLG's few classes: the PyTorch-init LeNet's
+    route is kept; the step runs there after the other routes only (the class-count route's: the PyTorch-init LeNet's
     two-class clients; docs/results/labels.md, "Shown classes on the LeNets' deltas")."""
     d = result.diagnostics
     spread = d.get("softmax_spread")
@@ -164,7 +155,7 @@ def by_shown_on_delta(tm: ThreatModel, session: Session, result: LabelResult, no
             "negative_bias_entries": negative_entries(tm), "shown_classes": info,
             "multi_step_aware": reading is not None or bool(d.get("multi_step_aware"))}, result.warnings)
 
-    return _with_shown(tm, session, spread, result, None, few, "bias-count" if bn else "client-fit" if fits else None)
+    return _with_shown(tm, session, spread, result, None, few)
 
 
 def _shown_mean_partner(tm: ThreatModel, session: Session, result: LabelResult) -> torch.Tensor | None:

@@ -116,7 +116,7 @@ ROUTES: tuple[Route, ...] = (
           and not f.input_independent, _bn_mixture,
           "a FedAvg delta's BN buffers: bn-count's reading of the K batches' mixture (bn_mixture.py)"),
     Route("class-count", _trained_one_step_or_delta, _class_count,
-          "the number of negative output-bias entries: few classes, many classes, three (class_count.py)"),
+          "the number of negative output-bias entries: few classes, many, one (class_count.py)"),
     Route("client-fit", lambda f: f.hybrid and f.multi_step and not f.batch_statistics and not f.exact,
           lambda tm, s, f, st, o: delta.by_client_fit(tm, s, f.spread),
           "FedAvg deltas without batch-statistics BN: the simulated client's step mixes (delta.py)"),
