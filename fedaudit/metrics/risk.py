@@ -9,12 +9,17 @@ THRESHOLDS = {"medium": 10.0, "high": 15.0, "very_high": 20.0}
 SOURCE = "FedLeak (Table 2 / Sec. 6): PSNR >= 20 Very High, 15-20 High, 10-15 Medium, < 10 Low"
 
 
-def risk_band(psnr_db: float) -> str:
+def band_of(value: float, cuts: dict[str, float]) -> str:
+    """The band of ``value`` given each band's lower cut (ascending; below the first: low)."""
     band = "low"
-    for name, lo in THRESHOLDS.items():
-        if psnr_db >= lo:
+    for name, lo in cuts.items():
+        if value >= lo:
             band = name
     return band
+
+
+def risk_band(psnr_db: float) -> str:
+    return band_of(psnr_db, THRESHOLDS)
 
 
 def worst_band(bands: Iterable[str | None]) -> str | None:

@@ -26,18 +26,14 @@ from dataclasses import dataclass
 import torch
 
 from fedaudit.metrics.band import mean_interval, wilson
-from fedaudit.metrics.risk import BANDS, worst_band
+from fedaudit.metrics.risk import BANDS, band_of, worst_band
 
 ROUGE_CUTS = {"medium": 0.3, "high": 0.6, "very_high": 0.9}
 HALF = 0.5  # an exact rate at or above it is very high
 
 
 def rouge_band(rouge1: float) -> str:
-    band = "low"
-    for name, cut in ROUGE_CUTS.items():
-        if rouge1 >= cut:
-            band = name
-    return band
+    return band_of(rouge1, ROUGE_CUTS)
 
 
 def exact_band(rate: float) -> str:
