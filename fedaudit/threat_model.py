@@ -51,40 +51,11 @@ class ThreatModel:
         and nowhere else, so label methods, conversion and attacks all see the same number. Against a different
         recorded batch size, ``batch_size_mode`` "check" refuses, "override" replaces it, "fill" keeps the recorded one."""
         src = f"update {str(update_path)!r}"
-        if batch_size is not None:
-            if batch_size < 1:
-                raise InputError(f"--batch-size must be >= 1, got {batch_size}")
-            if batch_size > MAX_BATCH:
-                raise InputError(f"--batch-size must be at most {MAX_BATCH:,}, got {batch_size}")
-            contradicts = bool(meta.batch_size) and batch_size != meta.batch_size
-            if contradicts and batch_size_mode not in ("override", "fill"):
-                raise InputError(f"--batch-size {batch_size} contradicts the batch size {meta.batch_size} that {src} "
-                                 f"records; pass --force to use {batch_size}")
-            if not (contradicts and batch_size_mode == "fill"):
-                meta = dataclasses.replace(meta, batch_size=batch_size)
+        meta = with_batch_size(meta, batch_size, batch_size_mode, src)
         params = dict(checkpoint.model.named_parameters())
         buffers = dict(checkpoint.model.named_buffers())
-        for k, v in tensors.items():
-            ref = params.get(k, buffers.get(k))
-            if ref is None:
-                raise InputError(f"{src}: tensor {k!r} is not a parameter or buffer of {checkpoint.spec.arch}")
-            if tuple(v.shape) != tuple(ref.shape):
-                raise InputError(f"{src}: tensor {k!r} has shape {list(v.shape)}, the model expects {list(ref.shape)}")
-            if ref.is_floating_point() and not v.is_floating_point():
-                # an integer upload (e.g. int32) would be read as a gradient of whole numbers: refuse it
-                raise InputError(f"{src}: tensor {k!r} has dtype {str(v.dtype).replace('torch.', '')}; "
-                                 "a parameter's update must be floating point (float16, bfloat16, float32 or float64)")
-        nonfinite = [k for k, v in tensors.items() if v.is_floating_point() and not torch.isfinite(v).all()]
-        if nonfinite and not allow_nonfinite:
-            raise InputError(f"{src}: tensor {nonfinite[0]!r} contains NaN or Inf"
-                             + (f" (+{len(nonfinite) - 1} more)" if len(nonfinite) > 1 else ""))
-        # entries so large that their squares overflow float32: no gradient of a finite loss, and every distance
-        # computed on them would be Inf
-        huge = [k for k, v in tensors.items() if k not in nonfinite and v.is_floating_point() and v.numel()
-                and float(v.abs().max()) > HUGE]
-        if huge and not allow_nonfinite:
-            raise InputError(f"{src}: tensor {huge[0]!r} has entries above {HUGE:.0e} in magnitude (a diverged or "
-                             "corrupt update); fedaudit cannot compute with it")
+        nonfinite = check_update_tensors(tensors, {**buffers, **params}, src, f"a parameter or buffer of "
+                                         f"{checkpoint.spec.arch}", allow_nonfinite=allow_nonfinite)
         present = [k for k in params if k in tensors]
         if not present:
             raise InputError(f"{src} shares no parameter of {checkpoint.spec.arch}")
@@ -220,6 +191,51 @@ class ThreatModel:
     @property
     def has_batchnorm(self) -> bool:
         return any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in self.model.modules())
+
+
+def with_batch_size(meta: UpdateMeta, batch_size: int | None, mode: str, src: str) -> UpdateMeta:
+    """``meta`` with ``--batch-size`` applied: against a different recorded batch size ``mode`` "check" refuses,
+    "override" replaces it, "fill" keeps the recorded one (image and text threat models alike)."""
+    if batch_size is None:
+        return meta
+    if batch_size < 1:
+        raise InputError(f"--batch-size must be >= 1, got {batch_size}")
+    if batch_size > MAX_BATCH:
+        raise InputError(f"--batch-size must be at most {MAX_BATCH:,}, got {batch_size}")
+    contradicts = bool(meta.batch_size) and batch_size != meta.batch_size
+    if contradicts and mode not in ("override", "fill"):
+        raise InputError(f"--batch-size {batch_size} contradicts the batch size {meta.batch_size} that {src} "
+                         f"records; pass --force to use {batch_size}")
+    return meta if contradicts and mode == "fill" else dataclasses.replace(meta, batch_size=batch_size)
+
+
+def check_update_tensors(tensors: dict[str, torch.Tensor], reference: dict[str, torch.Tensor], src: str, what: str,
+                         hint: str = "", allow_nonfinite: bool = False) -> list[str]:
+    """Refuse an upload's tensor that is not one of ``reference``'s (``what`` names them in the message), has another
+    shape, or holds integers where the model holds floats; refuse NaN/Inf and entries too large to compute with
+    unless ``allow_nonfinite``. ``hint`` ends the name and shape lines. Returns the tensors holding NaN/Inf."""
+    for k, v in tensors.items():
+        ref = reference.get(k)
+        if ref is None:
+            raise InputError(f"{src}: tensor {k!r} is not {what}{hint}")
+        if tuple(v.shape) != tuple(ref.shape):
+            raise InputError(f"{src}: tensor {k!r} has shape {list(v.shape)}, the model expects {list(ref.shape)}{hint}")
+        if ref.is_floating_point() and not v.is_floating_point():
+            # an integer upload (e.g. int32) would be read as a gradient of whole numbers: refuse it
+            raise InputError(f"{src}: tensor {k!r} has dtype {str(v.dtype).replace('torch.', '')}; "
+                             "a parameter's update must be floating point (float16, bfloat16, float32 or float64)")
+    nonfinite = [k for k, v in tensors.items() if v.is_floating_point() and not torch.isfinite(v).all()]
+    if nonfinite and not allow_nonfinite:
+        raise InputError(f"{src}: tensor {nonfinite[0]!r} contains NaN or Inf"
+                         + (f" (+{len(nonfinite) - 1} more)" if len(nonfinite) > 1 else ""))
+    # entries so large that their squares overflow float32: no gradient of a finite loss, and every distance
+    # computed on them would be Inf
+    huge = [k for k, v in tensors.items() if k not in nonfinite and v.is_floating_point() and v.numel()
+            and float(v.abs().max()) > HUGE]
+    if huge and not allow_nonfinite:
+        raise InputError(f"{src}: tensor {huge[0]!r} has entries above {HUGE:.0e} in magnitude (a diverged or "
+                         "corrupt update); fedaudit cannot compute with it")
+    return nonfinite
 
 
 def load_threat_model(checkpoint_path: str | Path, update_path: str | Path, *, batch_size: int | None = None,

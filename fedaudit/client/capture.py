@@ -49,19 +49,25 @@ class Capture:
     step: torch.Tensor  # for each image, the index of the local batch it belongs to
 
 
+def check_recipe(n: int, batch_size: int, local_steps: int, kind: str, lr: float | None, items: str = "images") -> None:
+    """Refuse a client recipe that cannot run on ``n`` ``items``: batches that do not split them, a gradient of
+    more than one step or batch, a delta or weights upload without a finite step size (image and text captures)."""
+    if batch_size < 1 or local_steps < 1:
+        raise InputError("--batch-size and --local-steps must be >= 1")
+    if n % batch_size:
+        raise InputError(f"{n} {items} do not split into batches of {batch_size}")
+    if kind == "gradient":
+        if local_steps != 1:
+            raise InputError("a gradient upload is one step; use --kind delta or weights for --local-steps > 1")
+        if n != batch_size:
+            raise InputError(f"a one-step gradient uses exactly one batch: {n} {items} but --batch-size {batch_size}")
+    elif lr is None or not (0 < lr < math.inf):
+        raise InputError(f"a {kind} upload needs --lr, a finite step size > 0 (got {lr})")
+
+
 def _validate(cfg: CaptureConfig, n: int) -> str:
     kind = cfg.resolved_kind()
-    if cfg.batch_size < 1 or cfg.local_steps < 1:
-        raise InputError("--batch-size and --local-steps must be >= 1")
-    if n % cfg.batch_size:
-        raise InputError(f"{n} images do not split into batches of {cfg.batch_size}")
-    if kind == "gradient":
-        if cfg.local_steps != 1:
-            raise InputError("a gradient upload is one step; use --kind delta or weights for --local-steps > 1")
-        if n != cfg.batch_size:
-            raise InputError(f"a one-step gradient uses exactly one batch: {n} images but --batch-size {cfg.batch_size}")
-    elif cfg.lr is None or not (0 < cfg.lr < math.inf):
-        raise InputError(f"a {kind} upload needs --lr, a finite step size > 0 (got {cfg.lr})")
+    check_recipe(n, cfg.batch_size, cfg.local_steps, kind, cfg.lr)
     if not (0 <= cfg.momentum < 1) or not (0 <= cfg.weight_decay < math.inf):  # NaN fails both
         raise InputError(f"--momentum must be in [0, 1) and --weight-decay finite and >= 0; got {cfg.momentum}, "
                          f"{cfg.weight_decay}")

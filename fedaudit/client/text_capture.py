@@ -10,12 +10,14 @@ model's ``state_dict`` names, as the recorded-update format (docs/formats.md) st
 
 from __future__ import annotations
 
-import math
+import functools
 from dataclasses import dataclass
 
 import torch
 
 from fedaudit import __version__
+from fedaudit.client.capture import check_recipe
+from fedaudit.client.local_sgd import sgd_steps
 from fedaudit.errors import InputError
 from fedaudit.io.text_checkpoint import TextCheckpoint
 from fedaudit.io.update import UpdateMeta
@@ -89,14 +91,7 @@ def capture_text_update(ckpt: TextCheckpoint, lines: list[str], batch_size: int,
     """What a client uploads from ``lines``: the gradient of one batch (K = 1, exactly B lines) or, for K > 1, the
     delta (local minus global weights) after K SGD steps at ``lr``, batch k being lines kB..(k+1)B (cycling)."""
     n = len(lines)
-    if batch_size < 1 or local_steps < 1:
-        raise InputError("--batch-size and --local-steps must be >= 1")
-    if n % batch_size:
-        raise InputError(f"{n} text lines do not split into batches of {batch_size}")
-    if local_steps == 1 and n != batch_size:
-        raise InputError(f"a one-step gradient uses exactly one batch: {n} text lines but --batch-size {batch_size}")
-    if local_steps > 1 and not (lr is not None and math.isfinite(lr) and lr > 0):
-        raise InputError(f"a delta upload needs --lr, a finite step size > 0 (got {lr})")
+    check_recipe(n, batch_size, local_steps, "gradient" if local_steps == 1 else "delta", lr, "text lines")
     batch = tokenize_lines(ckpt, lines, max_length)
     step = torch.arange(n) // batch_size
     source = {"tool": f"fedaudit {__version__}", "task": "next-token", "max_length": max_length}
@@ -108,23 +103,18 @@ def capture_text_update(ckpt: TextCheckpoint, lines: list[str], batch_size: int,
     nb = n // batch_size
     model = ckpt.model.eval()
     start = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    params = [p for p in model.parameters() if p.requires_grad]
-    assert lr is not None  # checked above
-    opt = torch.optim.SGD(params, lr=lr)
+    rows = [slice((k % nb) * batch_size, (k % nb + 1) * batch_size) for k in range(local_steps)]
+    parts = (TextBatch(batch.ids[r], batch.mask[r], batch.lengths[r]) for r in rows)
+    assert lr is not None  # check_recipe refused a delta without it
     try:
-        for k in range(local_steps):
-            rows = slice((k % nb) * batch_size, (k % nb + 1) * batch_size)
-            part = TextBatch(batch.ids[rows], batch.mask[rows], batch.lengths[rows])
-            opt.zero_grad(set_to_none=True)
-            next_token_loss(model, part).backward()
-            opt.step()
+        sgd_steps(model, (functools.partial(next_token_loss, model, part) for part in parts), lr)
         names = {n for n, p in model.named_parameters() if p.requires_grad}
         after = model.state_dict()
         # tied weights (GPT-2's output matrix is its embedding) appear once, under the parameter's own name
         tensors = {ckpt.update_key(k): (after[k] - start[k]).detach().contiguous().clone() for k in names}
     finally:
         model.load_state_dict(start)  # the checkpoint stays the global model
-        opt.zero_grad(set_to_none=True)
+        model.zero_grad(set_to_none=True)
     meta = UpdateMeta(kind="delta", delta_sign="local_minus_global", batch_size=batch_size, local_steps=local_steps,
                       local_lr=lr, num_examples=n, base_checkpoint_sha256=ckpt.sha256, source=source)
     return TextCapture(tensors, meta, batch, step)

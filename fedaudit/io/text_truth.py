@@ -37,10 +37,6 @@ def save_text_truth(path: str | Path, truth: TextTruth) -> Path:
                                     "step": truth.step.long()}, meta)
 
 
-def is_text_truth(raw_metadata: dict[str, str]) -> bool:
-    return Meta(raw_metadata, "truth").str("file") == FILE
-
-
 def load_text_truth(path: str | Path) -> TextTruth:
     tensors, raw = read_safetensors(path, "truth")
     src = f"truth {str(path)!r}"

@@ -123,7 +123,7 @@ def text_summary(report: TextReport, out: Path) -> dict[str, Any]:
     return build(TextReconstructSummary, {
         "modality": "text", "out": str(out), "status": report.status, "attack": report.attack,
         "batch_size": report.update.get("batch_size"),
-        "recovered": len(report.sequences), "certified": sum(s.certified for s in report.sequences),
+        "recovered": len(report.sequences), "certified": report.certified,
         "sequences": [s.text for s in report.sequences],
         "metrics": None if m is None else {"token_accuracy": m.token_accuracy, "rouge1": m.rouge1, "rouge2": m.rouge2,
                                            "rougeL": m.rougeL, "exact_rate": m.exact_rate},

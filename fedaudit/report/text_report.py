@@ -81,6 +81,11 @@ class TextReport(Record):
     warnings: list[str] = field(default_factory=list)
     html: str | None = None
 
+    @property
+    def certified(self) -> int:
+        """How many recovered sequences passed every exact check."""
+        return sum(s.certified for s in self.sequences)
+
     @classmethod
     def of(cls, record: dict[str, Any]) -> TextReport:
         return parse(cls, {**record, "schema_version": TEXT_REPORT_SCHEMA_VERSION})

@@ -22,22 +22,16 @@ def _table(info: dict, model: str) -> Table:
     return t
 
 
-def _inspect_text(checkpoint, update, output, quiet: bool, ignore_base_mismatch: bool, base) -> None:
+def _text(checkpoint, update, ignore_base_mismatch: bool, base) -> tuple[dict, str, list[str]]:
+    """A language-model folder's inspection: the JSON, the table's title and a line per text attack."""
     from fedaudit.text_inspection import inspect_text_threat_model
     from fedaudit.text_threat_model import load_text_threat_model
 
     tm = load_text_threat_model(checkpoint, update, base=base, check_base=not ignore_base_mismatch, allow_nonfinite=True)
     info = inspect_text_threat_model(tm)
-    emit_json(info, output)
-    con = err_console(quiet)
-    con.print(_table(info, f"{info['checkpoint']['model_type']} (d={info['checkpoint']['width']})"))
-    for name, a in info["attacks"].items():
-        con.print(f"{name}: " + ("applies" if a["applicable"] else "not applicable: " + clean("; ".join(a["why_not"]))))
-    for w in info["warnings"]:
-        con.print(f"warning: {clean(w)}")
-    if tm.nonfinite:
-        raise InputError(f"update {str(update)!r}: {len(tm.nonfinite)} tensor(s) contain NaN or Inf "
-                         f"(first: {tm.nonfinite[0]!r})")
+    lines = [f"{name}: " + ("applies" if a["applicable"] else "not applicable: " + clean("; ".join(a["why_not"])))
+             for name, a in info["attacks"].items()]
+    return info, f"{info['checkpoint']['model_type']} (d={info['checkpoint']['width']})", lines
 
 
 def register(app) -> None:
@@ -57,18 +51,17 @@ def register(app) -> None:
         from fedaudit.io.hf_folder import is_text_checkpoint
 
         if is_text_checkpoint(checkpoint):
-            _inspect_text(checkpoint, update, output, quiet, ignore_base_mismatch, base)
-            return
-        if base is not None:
+            info, model, lines = _text(checkpoint, update, ignore_base_mismatch, base)
+        elif base is not None:
             raise InputError("--base is for a LoRA adapter folder (a text checkpoint)")
-        tm = load_threat_model(checkpoint, update, allow_custom_arch=allow_custom_arch, allow_nonfinite=True,
-                               check_base=not ignore_base_mismatch)
-        info = inspect_threat_model(tm)
+        else:
+            tm = load_threat_model(checkpoint, update, allow_custom_arch=allow_custom_arch, allow_nonfinite=True,
+                                   check_base=not ignore_base_mismatch)
+            info, model, lines = inspect_threat_model(tm), tm.spec.arch, []
         emit_json(info, output)
         con = err_console(quiet)
-        con.print(_table(info, info['checkpoint']['arch']))
-        for w in info["warnings"]:
-            con.print(f"warning: {clean(w)}")
-        if tm.nonfinite:
-            raise InputError(f"update {str(update)!r}: {len(tm.nonfinite)} tensor(s) contain NaN or Inf "
-                             f"(first: {tm.nonfinite[0]!r})")
+        con.print(_table(info, model))
+        for line in [*lines, *(f"warning: {clean(w)}" for w in info["warnings"])]:
+            con.print(line)
+        if bad := info["nonfinite_tensors"]:
+            raise InputError(f"update {str(update)!r}: {len(bad)} tensor(s) contain NaN or Inf (first: {bad[0]!r})")

@@ -82,9 +82,14 @@ def _reconstruct(cls, options: dict, kw: dict) -> None:
     if result.interrupted:
         info_line("interrupted: the best reconstruction so far and a partial report were written", session.quiet)
         raise typer.Exit(EXIT_INTERRUPTED)
-    gate = result.report.fail_on_band  # measured with --truth, else estimated, at the --gate end (its line says)
+    # measured with --truth, else estimated, at the --gate end (its line says)
+    _gate_exit(result.report.fail_on_band, kw["fail_on"].value, session.quiet)
+
+
+def _gate_exit(gate, fail_on: str, quiet: bool) -> None:
+    """Exit 1 where the band ``--fail-on`` reads (a report's ``fail_on_band``) reaches it (image and text runs)."""
     if gate is not None and gate.band:
-        fail_exit(gate.band, kw["fail_on"].value, session.quiet, f"{gate.source_kind}, {gate.gate} end")
+        fail_exit(gate.band, fail_on, quiet, f"{gate.source_kind}, {gate.gate} end")
 
 
 _TEXT_OUT = flag("out", Path, "Report folder to create (report.json, report.html, recovered.txt).", "--out", "-o")
@@ -113,15 +118,12 @@ def _reconstruct_text(cls, options: dict, kw: dict) -> None:
         job = TextReconstructJob(session, kw["checkpoint"], kw["update"], cls.name, options, gate=kw["gate"].value,
                                  truth_mismatch=kw["truth_mismatch"].value, base=kw["base"])
         report = job.run_to(outdir, kw["truth"])
-    certified = sum(s.certified for s in report.sequences)
-    info_line(f"{cls.name}: {len(report.sequences)} sequences recovered, {certified} passed every exact check "
+    info_line(f"{cls.name}: {len(report.sequences)} sequences recovered, {report.certified} passed every exact check "
               f"-> {kw['out']}", session.quiet)
     if report.fail_on_band is not None and report.fail_on_band.line:
         info_line(report.fail_on_band.line, session.quiet)
     emit_json(text_summary(report, kw["out"]))
-    gate = report.fail_on_band
-    if gate is not None and gate.band:
-        fail_exit(gate.band, kw["fail_on"].value, session.quiet, f"{gate.source_kind}, {gate.gate} end")
+    _gate_exit(report.fail_on_band, kw["fail_on"].value, session.quiet)
 
 
 def register(app) -> None:

@@ -64,10 +64,7 @@ def by_class_count(tm: ThreatModel, session: Session, spread: float | None,
     # trained-like model: bias-count, whose aux-mix composition keeps such batches at or above the even-guess floor
     # where the ensemble fell below it on 6 held-out clients (docs/results/labels.md, "Which routes earn their place");
     # the mean of agreeing readings stays: without it its clients lost 6-25 points each
-    if negative <= FEW_CLASSES:
-        result = by_ensemble(tm, session, spread)
-        strategy = "hybrid, few classes (ensemble)"
-    else:
+    if negative > FEW_CLASSES:
         runs, _ = run_each(tm, session, ("bias-count",))
         if not runs:
             return None
@@ -76,8 +73,8 @@ def by_class_count(tm: ThreatModel, session: Session, spread: float | None,
             if agreed is not None:
                 return agreed
             extra["readings_distance"] = gap
-        result = routed(runs[0], "hybrid, many classes", spread, negative, extra)
-        strategy = "hybrid, many classes"
+        return routed(runs[0], "hybrid, many classes", spread, negative, extra)
+    result = by_ensemble(tm, session, spread)
     if result is None:
         return None
     if trained and negative == 1 and "bn_count_counts" not in extra:
@@ -89,7 +86,7 @@ def by_class_count(tm: ThreatModel, session: Session, spread: float | None,
                           {"one_class_counts": single[0][1].counts_int.tolist()})
         if single is not None:
             return routed(single[0], "hybrid, one class", spread, negative, {**extra, **single[1]})
-    result.diagnostics.update(strategy=strategy, negative_bias_entries=negative, **extra)
+    result.diagnostics.update(strategy="hybrid, few classes (ensemble)", negative_bias_entries=negative, **extra)
     return result
 
 
