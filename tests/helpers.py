@@ -33,6 +33,17 @@ TEXT_LINES = ["The quick brown fox jumps over the lazy dog.", "Federated learnin
               "Gradients can leak the text they were computed on.", "A reviewer audits every recorded update."]
 
 
+def text_adapter(tiny, folder, r, fresh=False, base_named="tiny"):
+    """A LoRA adapter folder of rank ``r`` on the GPT-2 folder ``tiny`` (fine-tuned B, or ``fresh``: B = 0)."""
+    from fedaudit.io.text_adapter import save_text_adapter
+    from fedaudit.io.text_checkpoint import load_text_checkpoint
+    from fedaudit.models.text_tiny import add_lora
+
+    ckpt = load_text_checkpoint(tiny)
+    config = add_lora(ckpt, r=r, fresh=fresh)
+    return save_text_adapter(folder, ckpt, {**config, "base_model_name_or_path": base_named})
+
+
 class Cli:
     """In-process CLI calls with separate stdout/stderr and no colour."""
 

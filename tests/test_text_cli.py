@@ -19,6 +19,7 @@ from fedaudit.models.text_tiny import gpt2, train_tokenizer  # noqa: E402
 from fedaudit.report.text_html import marked_pair  # noqa: E402
 
 from .helpers import TEXT_LINES as LINES  # noqa: E402
+from .helpers import text_adapter as adapter  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -138,16 +139,6 @@ def test_lora_tensors_against_a_whole_model_and_image_commands_are_refused_with_
     assert r.stderr.count("\n") == 1 and "LoRA adapter tensors" in r.stderr and "adapter folder" in r.stderr
     r = cli("labels", "idlg", tiny, upd, expect=2)
     assert "language-model folder" in r.stderr
-
-
-def adapter(tiny, folder, r, fresh=False, base_named="tiny"):
-    from fedaudit.io.text_adapter import save_text_adapter
-    from fedaudit.io.text_checkpoint import load_text_checkpoint
-    from fedaudit.models.text_tiny import add_lora
-
-    ckpt = load_text_checkpoint(tiny)
-    config = add_lora(ckpt, r=r, fresh=fresh)
-    return save_text_adapter(folder, ckpt, {**config, "base_model_name_or_path": base_named})
 
 
 TWO = ["Gradients can leak text.", "A reviewer audits it."]  # 12 visible tokens

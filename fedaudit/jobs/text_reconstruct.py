@@ -19,6 +19,7 @@ from fedaudit.io.truth import check_truth
 from fedaudit.jobs.gate import gate_on
 from fedaudit.metrics.text import text_scores
 from fedaudit.metrics.text_risk import estimated_text_band, measured_text_band
+from fedaudit.progress import Heartbeat
 from fedaudit.report.document import new_report
 from fedaudit.report.outdir import OutputDir
 from fedaudit.report.text_html import render_text_html
@@ -59,14 +60,16 @@ class TextReconstructJob:
                                             "update": self.update, "truth": truth_path},
                             {"attack": self.attack, **self.options, "gate": self.gate}, self.session.seed)
         t0 = time.perf_counter()
-        result = attack.run(tm.checkpoint, tm.gradient, tm.batch_size, tm.meta.local_steps)
+        with Heartbeat(f"reconstruct {self.attack}", self.session.quiet, self.session.progress):
+            result = attack.run(tm.checkpoint, tm.gradient, tm.batch_size, tm.meta.local_steps)
         record["timings"]["attack"] = round(time.perf_counter() - t0, 4)
         tok = tm.checkpoint.tokenizer
         sequences = [RecoveredSequence(i, tok.decode(s), s, bool(c), float(sc))
                      for i, (s, c, sc) in enumerate(zip(result.sequences, result.exact, result.scores))]
         certified = sum(s.certified for s in sequences)
         diag = result.diagnostics
-        reason = ("saturated: the batch's visible tokens reach the model's width" if diag.get("saturated") else
+        reason = (f"{self.attack} is approximate: it certifies nothing" if diag.get("certifies") is False else
+                  "saturated: the batch's visible tokens reach the model's width" if diag.get("saturated") else
                   "the adapter's rank is reached: the batch has more visible tokens than its gradient shows"
                   if diag.get("rank_bound_reached") else
                   None if diag.get("consistent", True) else "inconsistent: more sequences than the batch holds")

@@ -68,7 +68,7 @@ def estimated_text_band(certified: int, batch_size: int | None, reason: str | No
     """The truth-free band from the number of sequences the attack certified (module docstring)."""
     if certified <= 0:
         return TextBand("low", ["low", "very_high"], "nothing certified" + (f" ({reason})" if reason else "")
-                        + ": no evidence either way; other text attacks are not in fedaudit yet")
+                        + ": no evidence either way")
     if batch_size:
         rate = min(certified / batch_size, 1.0)
         point = exact_band(rate)

@@ -13,6 +13,11 @@ def _short(module: str) -> str:
     return module.removeprefix("transformer.")
 
 
+def _here(ranks: list[int]) -> str:
+    """The ranks this run measured (DAGER's spans), or nothing where the attack measured none."""
+    return f" (here {', '.join(map(str, ranks))})" if ranks else ""
+
+
 def what_it_reveals(tm: TextThreatModel, diagnostics: dict[str, Any], certified: int) -> list[str]:
     ckpt, adapter = tm.checkpoint, tm.checkpoint.adapter
     ranks, bounds = diagnostics.get("ranks", []), diagnostics.get("rank_bounds", [])
@@ -24,23 +29,26 @@ def what_it_reveals(tm: TextThreatModel, diagnostics: dict[str, Any], certified:
         lines.append(f"LoRA-only update: rank-{r} adapters (scaling {adapter['scaling']:g}) on {modules}. Not shared: "
                      "the base model's weights, its embeddings and every frozen layer's gradient.")
         lines.append(f"What the adapters reveal: blocks 0 and 1's attention-input adapters show at most r = {r} "
-                     f"directions of their layers' inputs (here {', '.join(map(str, ranks))}); DAGER recovers a batch "
+                     f"directions of their layers' inputs{_here(ranks)}; DAGER recovers a batch "
                      f"exactly while it has fewer than {r} visible tokens (each line's tokens but its last).")
         if diagnostics.get("rank_bound_reached"):
             lines.append(f"This batch reaches the bound (rank {r} of {r}: at least {r} visible tokens): the adapters "
                          f"carry only a rank-{r} slice of what its tokens produced, which holds none of them, so no "
-                         "line can be certified; optimisation attacks (TAG, LAMP: not in fedaudit yet) read such "
+                         "line can be certified; optimisation attacks (fedaudit reconstruct tag, lamp) read such "
                          "slices approximately, so this is no evidence of safety.")
     else:
         d = bounds[0] if bounds else int(ckpt.model.config.n_embd)
         lines.append(f"Full update: {len(tm.present)} of {len(tm.present) + len(tm.absent)} parameters shared"
                      + (", the embeddings among them." if any("wte" in k for k in tm.present) else "."))
         lines.append(f"What it reveals: blocks 0 and 1's attention-input gradients show up to d = {d} directions of "
-                     f"their inputs (here {', '.join(map(str, ranks))}); DAGER recovers a batch exactly while it has "
+                     f"their inputs{_here(ranks)}; DAGER recovers a batch exactly while it has "
                      f"fewer than about {d} visible tokens.")
         if diagnostics.get("saturated"):
             lines.append("This batch reaches the width: its spans hold every candidate, so no line can be certified "
-                         "(no evidence of safety: approximate attacks still apply).")
+                         "(no evidence of safety: approximate attacks, tag and lamp, still apply).")
+    if diagnostics.get("certifies") is False:
+        lines.append("This attack is approximate: it certifies no line; its recovered words are read against the "
+                     "truth (--truth) or by eye. DAGER's exact checks, where they apply, certify what they recover.")
     if certified:
         lines.append(f"Here {certified} line(s)" + (f" of B = {b}" if b else "") + " passed every exact check: the "
                      "update reveals them word for word.")

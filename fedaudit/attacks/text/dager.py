@@ -22,25 +22,15 @@ the batch has fewer visible tokens than the adapter's rank r. FedAvg deltas are 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
 from fedaudit.attacks.text.registry import TEXT_ATTACKS
+from fedaudit.attacks.text.result import TextResult
 from fedaudit.errors import NotApplicable
 from fedaudit.io.text_checkpoint import TextCheckpoint
 from fedaudit.methods import Method, MethodOption
-
-
-@dataclass
-class DagerResult:
-    """The recovered sequences (token ids, best first), whether each passed every check, and what the search saw."""
-
-    sequences: list[list[int]]
-    exact: list[bool]
-    scores: list[float]
-    diagnostics: dict = field(default_factory=dict)
-
 
 GAP = 1e3  # the drop between consecutive singular values that marks the gradient's rank (see span_basis)
 
@@ -157,7 +147,7 @@ class Dager(Method):
         return reasons
 
     def run(self, ckpt: TextCheckpoint, gradients: dict[str, torch.Tensor], batch_size: int | None,
-            local_steps: int = 1) -> DagerResult:
+            local_steps: int = 1) -> TextResult:
         if why := self.reasons(ckpt, gradients, local_steps):
             raise NotApplicable("; ".join(why))
         tol = self.opts["rank-tol"] or None
@@ -169,7 +159,7 @@ class Dager(Method):
         # least r visible tokens, the span is a slice of the inputs' span that holds none of them, and nothing can be
         # certified (the bound of the paper's LoRA variant, N < r)
         diagnostics["rank_bound_reached"] = any(s.source != "weight" and s.rank >= s.bound for s in spans)
-        empty = DagerResult([], [], [], {**diagnostics, "saturated": False, "consistent": False,
+        empty = TextResult([], [], [], {**diagnostics, "saturated": False, "consistent": False,
                                          "tokens_per_position": [], "complete_sequences": 0})
         if diagnostics["rank_bound_reached"]:
             return empty
@@ -195,7 +185,7 @@ class Dager(Method):
         consistent = batch_size is None or len(sequences) <= batch_size
         if batch_size:
             order = order[:batch_size]
-        return DagerResult(
+        return TextResult(
             [sequences[i] for i in order], [consistent and scores[i] < self.opts["tau2"] for i in order],
             [scores[i] for i in order],
             {**diagnostics, "consistent": consistent, "tokens_per_position": per_position,

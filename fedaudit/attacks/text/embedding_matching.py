@@ -1,0 +1,179 @@
+"""Gradient matching on a language model's input embeddings, the machinery TAG and LAMP share (docs/text.md).
+
+The server optimises a dummy batch of continuous input embeddings ``x`` (B x T x d, fed to the model as
+``inputs_embeds``) and, because a next-token loss's labels are the unknown tokens themselves, a dummy label
+distribution per position (B x T x V logits, optimised jointly: breaching's TAG does so; the LAMP code feeds the true
+labels of its classification tasks, which a server does not have). The dummy's gradient of the client's loss (the
+mean next-token cross-entropy) is compared with the update's, tensor by tensor, and the distance is minimised by Adam
+through the gradient (second-order autograd). Each position is read back as the vocabulary entry nearest to its
+vector by cosine (the LAMP code's rule; breaching's squared norms bias toward short rows).
+
+Choices the papers leave open, made here and documented:
+
+* **Which tensors.** Every shared parameter except the input embedding matrix: the dummy enters as embeddings, so the
+  matrix's input-side gradient has no dummy counterpart (the LAMP code skips it likewise). GPT-2 ties its output
+  matrix to that embedding, so its output-side gradient is left out with it.
+* **The sequence length T.** A position's embedding gradient is zero unless some line has a predicted token after it,
+  so the last position with a non-zero row of ``transformer.wpe.weight``'s gradient plus one is the batch's padded
+  length (``--length`` overrides it; an update that withholds that gradient, e.g. LoRA-only, needs it). Every dummy
+  line is T long: lines shorter than T (padded by the client) are not modelled (the LAMP code assumes the lengths
+  known; a server does not).
+* **Scale.** Variables are in units of the embedding matrix's standard deviation (x = sigma u, u ~ N(0, 1) at the
+  start), so one learning rate serves models whose embeddings are 0.02 (GPT-2) or 0.05 (BERT) per entry; the papers'
+  rates are for BERT's raw scale.
+
+A run keeps its best iterate by its objective and stops on Ctrl-C with that best (``interrupted``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from fedaudit.errors import NotApplicable
+from fedaudit.io.text_checkpoint import TextCheckpoint
+from fedaudit.progress import advance
+
+POSITIONS = "transformer.wpe.weight"
+LOSSES = ("tag", "cos", "l2")
+
+
+def sequence_length(ckpt: TextCheckpoint, gradients: dict[str, torch.Tensor], given: int = 0) -> tuple[int, str]:
+    """The dummy's length T and where it came from (module docstring); NotApplicable where it cannot be read."""
+    limit = int(ckpt.model.config.n_positions)
+    if given:
+        if given < 2 or given > limit:
+            raise NotApplicable(f"--length {given} is outside 2..{limit} (the model's positions)")
+        return given, "--length"
+    g = gradients.get(POSITIONS)
+    if g is None:
+        raise NotApplicable(f"needs the sequence length: the update withholds the position embedding's gradient "
+                            f"({POSITIONS}); give --length T")
+    rows = torch.nonzero(g.abs().sum(dim=1) > 0).flatten()
+    if not len(rows):
+        raise NotApplicable(f"needs the sequence length: the position embedding's gradient ({POSITIONS}) is zero")
+    return min(int(rows.max()) + 2, limit), "the position embedding's gradient"
+
+
+@dataclass
+class MatchingProblem:
+    """A model, the update's gradients it is matched against, and the dummy batch's shape and scale."""
+
+    model: torch.nn.Module
+    names: list[str]
+    params: list[torch.nn.Parameter]
+    targets: list[torch.Tensor]
+    batch_size: int
+    length: int
+    embedding: torch.Tensor  # V x d, detached
+    sigma: float  # the embedding matrix's standard deviation: the unit of the variables
+    rho: float  # the mean norm of the embedding's rows (LAMP's norm prior)
+    excluded: list[str]
+
+    @classmethod
+    def build(cls, ckpt: TextCheckpoint, gradients: dict[str, torch.Tensor], batch_size: int | None,
+              length: int) -> MatchingProblem:
+        if not batch_size:
+            raise NotApplicable("needs the batch size (the update's fedaudit.batch_size, or --batch-size)")
+        model = ckpt.model.eval()
+        # the fused attention kernels have no second derivative; the eager path computes the same attention
+        model.set_attn_implementation("eager")
+        embedding = model.get_input_embeddings().weight
+        excluded = [n for n, p in model.named_parameters() if p is embedding and n in gradients]
+        pairs = [(n, p) for n, p in model.named_parameters() if n in gradients and p is not embedding]
+        if not pairs:
+            raise NotApplicable("the update shares no gradient besides the input embeddings': nothing to match")
+        e = embedding.detach().float()
+        return cls(model, [n for n, _ in pairs], [p for _, p in pairs],
+                   [gradients[n].detach().float() for n, _ in pairs], int(batch_size), length, e,
+                   float(e.std()), float(e.norm(dim=1).mean()), excluded)
+
+    def gradient(self, u: torch.Tensor, labels: torch.Tensor, create_graph: bool) -> tuple[torch.Tensor, ...]:
+        """The dummy's gradient of the mean next-token cross-entropy (soft labels ``softmax(labels)``) over ``u``'s
+        rows, as the client's loss is a mean over the batch's predicted tokens. For a subset of the batch's lines
+        the result is scaled to that subset's share of the whole batch's gradient (``len(u) / batch_size``)."""
+        logits = self.model(inputs_embeds=self.sigma * u).logits
+        target = torch.softmax(labels[:, 1:], dim=-1)
+        loss = -(target * torch.log_softmax(logits[:, :-1], dim=-1)).sum(-1).mean() * (len(u) / self.batch_size)
+        return torch.autograd.grad(loss, self.params, create_graph=create_graph)
+
+    def distance(self, grads, kind: str, l1: float) -> torch.Tensor:
+        """TAG's sum over tensors of ||d||^2 + l1 ||d||_1 (the LAMP code's form), LAMP_cos's mean over tensors of
+        1 - cos, or the plain squared distance."""
+        pairs = list(zip(grads, self.targets))
+        if kind == "cos":
+            return torch.stack([1 - F.cosine_similarity(g.flatten(), t.flatten(), dim=0, eps=1e-12)
+                                for g, t in pairs]).mean()
+        total = torch.stack([(g - t).pow(2).sum() for g, t in pairs]).sum()
+        if kind == "tag":
+            total = total + l1 * torch.stack([(g - t).abs().sum() for g, t in pairs]).sum()
+        return total
+
+    def nearest_tokens(self, u: torch.Tensor) -> torch.Tensor:
+        """Each position's vocabulary entry nearest by cosine (B x T ids)."""
+        x = F.normalize(u.detach().float(), dim=-1)
+        return (x @ F.normalize(self.embedding, dim=-1).T).argmax(-1)
+
+    def start(self, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """An N(0, 1) batch (in units of sigma) and uniform labels."""
+        u = torch.randn(self.batch_size, self.length, self.embedding.shape[1], generator=generator)
+        return u, torch.zeros(self.batch_size, self.length, self.embedding.shape[0])
+
+
+@dataclass
+class Matched:
+    u: torch.Tensor
+    labels: torch.Tensor
+    objective: float
+    steps: int
+    interrupted: bool
+    history: list[float]
+
+
+def optimise(problem: MatchingProblem, u: torch.Tensor, labels: torch.Tensor, *, steps: int, lr: float, loss: str,
+             l1: float = 0.01, norm_weight: float = 0.0, lr_decay: float = 1.0,
+             between: Callable[[int, torch.Tensor, torch.Tensor], None] | None = None) -> Matched:
+    """Adam on (u, labels) against the gradient distance (+ ``norm_weight`` (mean ||x|| / rho - 1)^2, LAMP's norm
+    prior in a scale-free form), the rate times ``lr_decay`` every 50 steps; ``between(it, u, labels)`` may change the
+    variables in place after a step (LAMP's discrete moves). Returns the best iterate by objective."""
+    u, labels = u.clone().requires_grad_(True), labels.clone().requires_grad_(True)
+    opt = torch.optim.Adam([u, labels], lr=lr)
+    sched = torch.optim.lr_scheduler.StepLR(opt, 50, gamma=lr_decay)
+    best = Matched(u.detach().clone(), labels.detach().clone(), float("inf"), 0, False, [])
+    it = 0
+    try:
+        for it in range(steps):
+            objective = problem.distance(problem.gradient(u, labels, True), loss, l1)
+            if norm_weight:
+                objective = objective + norm_weight * (problem.sigma * u.norm(dim=-1).mean() / problem.rho - 1) ** 2
+            value = float(objective.detach())
+            if not torch.isfinite(objective):
+                break
+            if value < best.objective:
+                best.u, best.labels, best.objective = u.detach().clone(), labels.detach().clone(), value
+            best.history.append(value)
+            opt.zero_grad(set_to_none=True)
+            objective.backward()
+            opt.step()
+            sched.step()
+            if between is not None:
+                with torch.no_grad():
+                    between(it, u, labels)
+            advance(it + 1, steps)
+        it = steps
+    except KeyboardInterrupt:
+        best.interrupted = True
+    best.steps = it
+    return best
+
+
+def read_back(problem: MatchingProblem, u: torch.Tensor, eos: int) -> list[list[int]]:
+    """Each dummy line's nearest tokens, cut before its first end-of-sequence token (the client ends every line with
+    one, and pads with it)."""
+    out = []
+    for row in problem.nearest_tokens(u).tolist():
+        out.append(row[: row.index(eos)] if eos in row else row)
+    return out
