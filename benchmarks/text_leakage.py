@@ -1,10 +1,11 @@
-"""Text leakage: DAGER on GPT-2-shaped decoders at random init, FedSGD, full updates and LoRA-only ones (issue 68's
-benchmark; more attacks to come).
+"""Text leakage: DAGER, TAG and LAMP on GPT-2-shaped decoders at random init, FedSGD, full updates and LoRA-only ones
+(issue 68's benchmark).
 
     .venv/bin/python -m benchmarks.text_leakage                      # the grid below, rows appended
     .venv/bin/python -m benchmarks.text_leakage --width 768 --B 32 --T 32 --layers 12
     .venv/bin/python -m benchmarks.text_leakage --lora-grid          # LoRA-only updates (rank r on c_attn)
     .venv/bin/python -m benchmarks.text_leakage --width 256 --layers 4 --B 4 --T 16 --lora 64 [--fresh]
+    .venv/bin/python -m benchmarks.text_leakage --matching-grid --attack tag [--steps 2500] [--seeds 0,1]
     .venv/bin/python -m benchmarks.text_leakage --table              # docs/results/text.md's table
 
 Text: sentences of 4 to 20 words from the standard library's docstrings (fedaudit/models/text_tiny.py's corpus; the
@@ -14,7 +15,9 @@ tokenizer is the byte-level BPE trained on that corpus (8,000 entries); the mode
 (entries past the tokenizer's are never used by the client, but every one is a candidate for the attack, as with a
 real GPT-2). Per row: token accuracy, ROUGE-1/2/L, exact-sequence rate, DAGER's ranks and seconds, the load.
 A LoRA row injects a rank-r adapter on every block's c_attn with ``peft`` (B ~ N(0, 0.02): a fine-tuned adapter; or
-B = 0 with ``--fresh``) and uploads only its factors' gradients. Rows go to benchmarks/results/text_leakage.jsonl.
+B = 0 with ``--fresh``) and uploads only its factors' gradients. TAG and LAMP (``--attack``) run their defaults but
+``--steps``; MATCHING_GRID holds a batch DAGER cannot certify (B = 16 on width 64: saturated), where only they read
+anything. Rows go to benchmarks/results/text_leakage.jsonl.
 """
 
 from __future__ import annotations
@@ -41,6 +44,9 @@ GRID = [  # (width, layers, heads, B, T)
     (64, 2, 2, 1, 16), (64, 2, 2, 4, 16), (256, 4, 4, 4, 32), (256, 4, 4, 16, 16),
     (768, 12, 12, 1, 32), (768, 12, 12, 4, 32), (768, 12, 12, 16, 32), (768, 12, 12, 32, 32),
 ]
+MATCHING_GRID = [  # (width, layers, heads, B, T): TAG's and LAMP's rows (LAMP: B <= 4, its moves cost B x 200 lines)
+    (64, 2, 2, 1, 16), (64, 2, 2, 4, 16), (64, 2, 2, 16, 16), (256, 4, 4, 1, 16), (256, 4, 4, 4, 16),
+]
 LORA_GRID = [  # (width, layers, heads, B, T, r, fresh): below and past the rank, as the paper's r = 256
     (256, 4, 4, 4, 16, 64, False), (256, 4, 4, 4, 16, 64, True), (256, 4, 4, 16, 16, 64, False),
     (768, 12, 12, 4, 32, 256, False), (768, 12, 12, 16, 32, 256, False),
@@ -58,7 +64,7 @@ def sentences() -> list[str]:
 
 
 def run(width: int, layers: int, heads: int, b: int, t: int, seed: int, tokenizer, lora: int = 0,
-        fresh: bool = False) -> dict:
+        fresh: bool = False, attack: str = "dager", steps: int | None = None) -> dict:
     lines = random.Random(seed).sample(sentences(), b)
     net = gpt2(tokenizer, width, layers, heads, positions=1024, seed=seed, vocab_size=GPT2_VOCAB)
     ckpt = TextCheckpoint(net, tokenizer, "gpt2", "decoder", "benchmark", "")
@@ -66,29 +72,34 @@ def run(width: int, layers: int, heads: int, b: int, t: int, seed: int, tokenize
         add_lora(ckpt, r=lora, seed=seed, fresh=fresh)
     cap = capture_text_update(ckpt, lines, b, max_length=t)
     grads, meta, batch = {ckpt.param_key(k): v for k, v in cap.tensors.items()}, cap.meta, cap.batch
+    options = {"steps": steps} if steps and attack != "dager" else {}
+    torch.manual_seed(seed)
     t0 = time.perf_counter()
-    result = TEXT_ATTACKS.get("dager")().run(ckpt, grads, meta.batch_size)
+    result = TEXT_ATTACKS.get(attack)(**options).run(ckpt, grads, meta.batch_size)
     seconds = time.perf_counter() - t0
     true = [batch.ids[i, : n - 1].tolist() for i, n in enumerate(batch.lengths)]
     scores = text_scores(true, [tokenizer.decode(s) for s in true], result.sequences,
                          [tokenizer.decode(s) for s in result.sequences])
     update = "full" if not lora else f"lora r={lora}" + (" fresh" if fresh else "")
-    return {"attack": "dager", "update": update, "width": width, "layers": layers, "B": b, "T": t, "seed": seed,
+    return {"attack": attack, **options, "update": update, "width": width, "layers": layers, "B": b, "T": t, "seed": seed,
             "visible_tokens": sum(n - 1 for n in batch.lengths), "token_accuracy": scores.token_accuracy,
             "rouge1": scores.rouge1, "rouge2": scores.rouge2, "rougeL": scores.rougeL,
             "exact_rate": scores.exact_rate, "recovered": len(result.sequences), "seconds": round(seconds, 2),
             "threads": torch.get_num_threads(), "load": round(os.getloadavg()[0], 2),
             "max_tokens_per_position": max(result.diagnostics.get("tokens_per_position") or [0]),
             "positions": len(result.diagnostics.get("tokens_per_position") or []),
-            **{k: result.diagnostics.get(k) for k in ("ranks", "saturated", "rank_bound_reached", "span_source")}}
+            **{k: result.diagnostics.get(k) for k in ("ranks", "saturated", "rank_bound_reached", "span_source",
+                                                      "objective", "length")}}
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| update | d | layers | B | T | visible tokens | ranks | token acc. | ROUGE-1 | ROUGE-2 | exact | seconds | load |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| attack | update | d | layers | B | T | seed | visible tokens | ranks | token acc. | ROUGE-1 | ROUGE-2 | exact | seconds | load |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         ranks = "/".join(map(str, r.get("ranks") or []))
-        lines.append(f"| {r.get('update', 'full')} | {r['width']} | {r['layers']} | {r['B']} | {r['T']} | {r['visible_tokens']} | {ranks} | "
+        attack = r["attack"] + (f" {r['steps']}" if r.get("steps") else "")
+        lines.append(f"| {attack} | {r.get('update', 'full')} | {r['width']} | {r['layers']} | {r['B']} | {r['T']} | "
+                     f"{r['seed']} | {r['visible_tokens']} | {ranks} | "
                      f"{r['token_accuracy']:.3f} | {r['rouge1']:.3f} | {r['rouge2']:.3f} | {r['exact_rate']:.2f} | "
                      f"{r['seconds']:.1f} | {r['load']} |")
     return "\n".join(lines) + "\n"
@@ -103,22 +114,30 @@ def main(argv=None) -> int:
     ap.add_argument("--lora", type=int, default=0, help="a LoRA-only update: the adapter's rank r")
     ap.add_argument("--fresh", action="store_true", help="with --lora: a new adapter (B = 0)")
     ap.add_argument("--lora-grid", action="store_true", help="run LORA_GRID")
+    ap.add_argument("--matching-grid", action="store_true", help="run MATCHING_GRID")
+    ap.add_argument("--attack", default="dager", choices=("dager", "tag", "lamp"))
+    ap.add_argument("--steps", type=int, help="TAG's and LAMP's steps (their defaults otherwise)")
+    ap.add_argument("--seeds", default=None, help="comma list (overrides --seed)")
     ap.add_argument("--table", action="store_true")
     args = ap.parse_args(argv)
     if args.table:
         print(table([json.loads(line) for line in OUT.read_text().splitlines() if line.strip()]))
         return 0
     torch.set_num_threads(args.threads)
-    grid = LORA_GRID if args.lora_grid else [(*g, 0, False) for g in GRID]
+    grid = LORA_GRID if args.lora_grid else [(*g, 0, False) for g in (MATCHING_GRID if args.matching_grid else GRID)]
     if args.width:
         grid = [(args.width, args.layers or 2, args.heads or max(1, args.width // 64), args.B or 4, args.T or 32,
                  args.lora, args.fresh)]
     tokenizer = train_tokenizer(8000)
+    seeds = [int(x) for x in args.seeds.split(",")] if args.seeds else [args.seed]
     for width, layers, heads, b, t, lora, fresh in grid:
-        row = run(width, layers, heads, b, t, args.seed, tokenizer, lora, fresh)
-        print(json.dumps(row), file=sys.stderr, flush=True)
-        with OUT.open("a") as f:
-            f.write(json.dumps(row) + "\n")
+        if args.attack == "lamp" and b > 4:
+            continue
+        for seed in seeds:
+            row = run(width, layers, heads, b, t, seed, tokenizer, lora, fresh, args.attack, args.steps)
+            print(json.dumps(row), file=sys.stderr, flush=True)
+            with OUT.open("a") as f:
+                f.write(json.dumps(row) + "\n")
     return 0
 
 

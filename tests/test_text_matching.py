@@ -12,7 +12,7 @@ import torch
 pytest.importorskip("transformers")
 pytest.importorskip("rouge_score")
 
-from fedaudit.attacks.text.embedding_matching import MatchingProblem, optimise, sequence_length  # noqa: E402
+from fedaudit.attacks.text.embedding_matching import MatchingProblem, certify, optimise, sequence_length  # noqa: E402
 from fedaudit.attacks.text.lamp import Lamp, reorderings  # noqa: E402
 from fedaudit.client.text_capture import TextBatch, text_gradient  # noqa: E402
 from fedaudit.io.text_checkpoint import load_text_checkpoint  # noqa: E402
@@ -88,6 +88,22 @@ def test_tag_and_lamp_read_most_tokens_through_the_cli(cli, tiny, captured, tmp_
         assert diag["discrete_rounds"] >= 5 and diag["prior"] == "model"
 
 
+def test_a_recovered_batch_that_reproduces_the_update_is_certified(tiny, lines):
+    """The truth's lines, captured as the client captures, reproduce its update (float round-off); one token off
+    does not: the certificate TAG and LAMP give a recovered batch."""
+    from fedaudit.client.text_capture import capture_text_gradient
+
+    ckpt = load_text_checkpoint(tiny)
+    grads, _, batch = capture_text_gradient(ckpt, LINES, max_length=12)
+    true = [batch.ids[i, : n - 1].tolist() for i, n in enumerate(batch.lengths)]
+    assert certify(ckpt, grads, true) < 1e-5
+    off = [list(s) for s in true]
+    off[1][3] = (off[1][3] + 1) % 2000
+    assert certify(ckpt, grads, off) > 1e-2
+    assert certify(ckpt, grads, true[::-1]) < 1e-5  # the order of lines does not matter to a batch's gradient
+    assert certify(ckpt, grads, true[:3]) > 1e-2
+
+
 def test_lamp_s_discrete_moves_never_raise_their_score(tiny):
     _, _, _, problem = _full_length_problem(tiny, b=2, t=6)
     lamp = Lamp(**{"swap-candidates": 30, "prior": "none"})
@@ -133,3 +149,16 @@ def test_a_lora_update_needs_the_length_and_runs_with_it(cli, tiny, lines, tmp_p
     doc = cli.json(cli("reconstruct", "tag", adapter, tmp_path / "u.safetensors", "--base", tiny, "-o", tmp_path / "o",
                        "--length", 12, "--steps", 20))
     assert doc["recovered"] == 4 and doc["certified"] == 0
+
+
+def test_an_exact_tag_recovery_is_certified_without_the_truth(cli, tiny, tmp_path):
+    """B = 1: 150 steps recover the line exactly (seeds 0-2); its gradient reproduces the update, so the truth-free
+    band is very high and --fail-on high fails."""
+    (tmp_path / "one.txt").write_text(LINES[1] + "\n")
+    cli("capture", tiny, tmp_path / "one.txt", "-o", tmp_path / "u.safetensors", "-b", 1, "--max-length", 12)
+    doc = cli.json(cli("reconstruct", "tag", tiny, tmp_path / "u.safetensors", "-o", tmp_path / "o", "--steps", 150,
+                       "--fail-on", "high", expect=1))
+    assert doc["certified"] == 1 and LINES[1].startswith(doc["sequences"][0])
+    assert doc["risk_band_estimated_range"] == ["very_high", "very_high"]
+    report = json.loads((tmp_path / "o" / "report.json").read_text())
+    assert report["diagnostics"]["reproduces_update"] and report["diagnostics"]["recovered_batch_residual"] < 1e-5

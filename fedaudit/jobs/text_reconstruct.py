@@ -68,7 +68,8 @@ class TextReconstructJob:
                      for i, (s, c, sc) in enumerate(zip(result.sequences, result.exact, result.scores))]
         certified = sum(s.certified for s in sequences)
         diag = result.diagnostics
-        reason = (f"{self.attack} is approximate: it certifies nothing" if diag.get("certifies") is False else
+        reason = (f"{self.attack} is approximate and its recovered batch does not reproduce the update"
+                  if diag.get("certifies") is False else
                   "saturated: the batch's visible tokens reach the model's width" if diag.get("saturated") else
                   "the adapter's rank is reached: the batch has more visible tokens than its gradient shows"
                   if diag.get("rank_bound_reached") else

@@ -47,8 +47,9 @@ def what_it_reveals(tm: TextThreatModel, diagnostics: dict[str, Any], certified:
             lines.append("This batch reaches the width: its spans hold every candidate, so no line can be certified "
                          "(no evidence of safety: approximate attacks, tag and lamp, still apply).")
     if diagnostics.get("certifies") is False:
-        lines.append("This attack is approximate: it certifies no line; its recovered words are read against the "
-                     "truth (--truth) or by eye. DAGER's exact checks, where they apply, certify what they recover.")
+        lines.append("This attack is approximate and its recovered lines do not reproduce the update, so it certifies "
+                     "none; its words are read against the truth (--truth) or by eye. DAGER's exact checks, where "
+                     "they apply, certify what they recover.")
     if certified:
         lines.append(f"Here {certified} line(s)" + (f" of B = {b}" if b else "") + " passed every exact check: the "
                      "update reveals them word for word.")

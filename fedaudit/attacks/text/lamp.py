@@ -21,17 +21,23 @@ downloads nothing. ``--prior model`` (the default) scores with the audited check
 which shares its tokenizer: a pretrained checkpoint is a real prior, and a random-init one is near-uniform, so its
 scores barely differ between orderings and the moves fall back on the distance (the paper's ablation without a
 prior). ``--prior none`` drops it. No special tokens are pinned: a decoder's lines have none (BERT's [CLS]/[SEP] are).
-LAMP is approximate: nothing it returns is certified.
+LAMP is approximate: its lines are certified only where the recovered batch reproduces the update.
 """
 
 from __future__ import annotations
 
 import torch
 
-from fedaudit.attacks.text.embedding_matching import LOSSES, MatchingProblem, optimise, read_back, sequence_length
+from fedaudit.attacks.text.embedding_matching import (
+    LOSSES,
+    MatchingProblem,
+    optimise,
+    read_back,
+    sequence_length,
+)
 from fedaudit.attacks.text.registry import TEXT_ATTACKS
 from fedaudit.attacks.text.result import TextResult
-from fedaudit.attacks.text.tag import LENGTH, matching_diagnostics, matching_reasons
+from fedaudit.attacks.text.tag import LENGTH, matched_result, matching_diagnostics, matching_reasons
 from fedaudit.errors import NotApplicable
 from fedaudit.io.text_checkpoint import TextCheckpoint
 from fedaudit.methods import Method, MethodOption
@@ -119,10 +125,10 @@ class Lamp(Method):
 
         best = optimise(problem, u, labels, steps=o["steps"], lr=o["lr"], loss=o["loss"], l1=o["l1"],
                         norm_weight=o["norm-weight"], lr_decay=o["lr-decay"], between=between)
-        sequences = read_back(problem, best.u, ckpt.eos_id)
-        return TextResult(sequences, [False] * len(sequences), [best.objective] * len(sequences),
-                          {**matching_diagnostics(problem, best, length_from), "prior": o["prior"],
-                           "discrete_rounds": moves["rounds"], "lines_moved": moves["moved"]})
+        sequences = read_back(problem, best.u, best.labels, ckpt.eos_id)
+        return matched_result(ckpt, gradients, sequences, best,
+                              {**matching_diagnostics(problem, best, length_from), "prior": o["prior"],
+                               "discrete_rounds": moves["rounds"], "lines_moved": moves["moved"]})
 
     def _score(self, problem: MatchingProblem, u: torch.Tensor, labels: torch.Tensor) -> float:
         with torch.enable_grad():
