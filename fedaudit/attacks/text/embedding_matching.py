@@ -28,7 +28,7 @@ A run keeps its best iterate by its objective and stops on Ctrl-C with that best
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
@@ -58,6 +58,16 @@ def sequence_length(ckpt: TextCheckpoint, gradients: dict[str, torch.Tensor], gi
     return min(int(rows.max()) + 2, limit), "the position embedding's gradient"
 
 
+NOTHING_TO_MATCH = "the update shares no gradient besides the input embeddings'"
+
+
+def matched_parameters(model: Any, gradients: dict[str, torch.Tensor]) -> list[tuple[str, torch.nn.Parameter]]:
+    """The parameters whose shared gradients are matched: every one but the input embedding matrix (module
+    docstring)."""
+    embedding = model.get_input_embeddings().weight
+    return [(n, p) for n, p in model.named_parameters() if n in gradients and p is not embedding]
+
+
 @dataclass
 class MatchingProblem:
     """A model, the update's gradients it is matched against, and the dummy batch's shape and scale."""
@@ -83,9 +93,9 @@ class MatchingProblem:
         model.set_attn_implementation("eager")
         embedding = model.get_input_embeddings().weight
         excluded = [n for n, p in model.named_parameters() if p is embedding and n in gradients]
-        pairs = [(n, p) for n, p in model.named_parameters() if n in gradients and p is not embedding]
+        pairs = matched_parameters(model, gradients)
         if not pairs:
-            raise NotApplicable("the update shares no gradient besides the input embeddings': nothing to match")
+            raise NotApplicable(NOTHING_TO_MATCH)
         e = embedding.detach().float()
         return cls(model, [n for n, _ in pairs], [p for _, p in pairs],
                    [gradients[n].detach().float() for n, _ in pairs], int(batch_size), length, e,

@@ -28,19 +28,10 @@ from __future__ import annotations
 
 import torch
 
-from fedaudit.attacks.text.embedding_matching import (
-    LOSSES,
-    MatchingProblem,
-    optimise,
-    read_back,
-    sequence_length,
-)
+from fedaudit.attacks.text.embedding_matching import LOSSES, Matched, MatchingProblem, optimise
+from fedaudit.attacks.text.matching_attack import LENGTH, MatchingAttack
 from fedaudit.attacks.text.registry import TEXT_ATTACKS
-from fedaudit.attacks.text.result import TextResult
-from fedaudit.attacks.text.tag import LENGTH, matched_result, matching_diagnostics, matching_reasons
-from fedaudit.errors import NotApplicable
-from fedaudit.io.text_checkpoint import TextCheckpoint
-from fedaudit.methods import Method, MethodOption
+from fedaudit.methods import MethodOption
 
 
 def reorderings(length: int, count: int, generator: torch.Generator) -> list[list[int]]:
@@ -76,7 +67,7 @@ def reorderings(length: int, count: int, generator: torch.Generator) -> list[lis
 
 
 @TEXT_ATTACKS.register
-class Lamp(Method):
+class Lamp(MatchingAttack):
     name = "lamp"
     summary = "TAG with a norm prior and discrete reorderings scored by a language model's perplexity: approximate"
     paper = "Balunovic et al., LAMP: Extracting Text from Gradients with Language Model Priors, NeurIPS 2022"
@@ -101,20 +92,8 @@ class Lamp(Method):
         LENGTH,
     )
 
-    def __init__(self, **opts):
-        self.opts = self.parse_options(opts)
-
-    @staticmethod
-    def reasons(ckpt: TextCheckpoint, gradients: dict[str, torch.Tensor], local_steps: int = 1) -> list[str]:
-        return matching_reasons(ckpt, gradients, local_steps)
-
-    def run(self, ckpt: TextCheckpoint, gradients: dict[str, torch.Tensor], batch_size: int | None,
-            local_steps: int = 1) -> TextResult:
-        if why := self.reasons(ckpt, gradients, local_steps):
-            raise NotApplicable("; ".join(why))
+    def match(self, problem: MatchingProblem) -> tuple[Matched, dict]:
         o = self.opts
-        length, length_from = sequence_length(ckpt, gradients, o["length"])
-        problem = MatchingProblem.build(ckpt, gradients, batch_size, length)
         u, labels = self._start(problem)
         moves = {"rounds": 0, "moved": 0}
 
@@ -125,10 +104,7 @@ class Lamp(Method):
 
         best = optimise(problem, u, labels, steps=o["steps"], lr=o["lr"], loss=o["loss"], l1=o["l1"],
                         norm_weight=o["norm-weight"], lr_decay=o["lr-decay"], between=between)
-        sequences = read_back(problem, best.u, best.labels, ckpt.eos_id)
-        return matched_result(ckpt, gradients, sequences, best,
-                              {**matching_diagnostics(problem, best, length_from), "prior": o["prior"],
-                               "discrete_rounds": moves["rounds"], "lines_moved": moves["moved"]})
+        return best, {"prior": o["prior"], "discrete_rounds": moves["rounds"], "lines_moved": moves["moved"]}
 
     def _score(self, problem: MatchingProblem, u: torch.Tensor, labels: torch.Tensor) -> float:
         with torch.enable_grad():

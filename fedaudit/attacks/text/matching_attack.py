@@ -1,0 +1,66 @@
+"""What TAG and LAMP share as attacks: their applicability, the ``--length`` option, one run (the problem built, the
+attack's own optimisation, the lines read back) and one result (certified where the recovered batch reproduces the
+update). Each attack supplies only ``match``: how it starts and optimises (fedaudit/attacks/text/tag.py, lamp.py)."""
+
+from __future__ import annotations
+
+import torch
+
+from fedaudit.attacks.text.embedding_matching import (
+    CERTIFY_RESIDUAL,
+    NOTHING_TO_MATCH,
+    Matched,
+    MatchingProblem,
+    certify,
+    matched_parameters,
+    read_back,
+    sequence_length,
+)
+from fedaudit.attacks.text.result import TextResult
+from fedaudit.errors import NotApplicable
+from fedaudit.io.text_checkpoint import TextCheckpoint
+from fedaudit.methods import Method, MethodOption
+
+LENGTH = MethodOption("length", int, 0, "the dummy lines' length T (0: from the position embedding's gradient, the "
+                      "last position with a non-zero row plus one)")
+
+
+class MatchingAttack(Method):
+    """A gradient-matching attack on a decoder's input embeddings."""
+
+    def __init__(self, **opts):
+        self.opts = self.parse_options(opts)
+
+    @staticmethod
+    def reasons(ckpt: TextCheckpoint, gradients: dict[str, torch.Tensor], local_steps: int = 1) -> list[str]:
+        """Why gradient matching on embeddings cannot run on this update."""
+        reasons = []
+        if ckpt.kind != "decoder":
+            reasons.append(f"the {ckpt.model_type} loss is not implemented (decoders' next-token loss only)")
+        if not matched_parameters(ckpt.model, gradients):
+            reasons.append(NOTHING_TO_MATCH)
+        if local_steps != 1:
+            reasons.append(f"matches one gradient (FedSGD); this update has {local_steps} local steps")
+        return reasons
+
+    def match(self, problem: MatchingProblem) -> tuple[Matched, dict]:
+        """The attack's optimisation: its best iterate and what it adds to the diagnostics."""
+        raise NotImplementedError
+
+    def run(self, ckpt: TextCheckpoint, gradients: dict[str, torch.Tensor], batch_size: int | None,
+            local_steps: int = 1) -> TextResult:
+        if why := self.reasons(ckpt, gradients, local_steps):
+            raise NotApplicable("; ".join(why))
+        length, length_from = sequence_length(ckpt, gradients, self.opts["length"])
+        problem = MatchingProblem.build(ckpt, gradients, batch_size, length)
+        best, extra = self.match(problem)
+        sequences = read_back(problem, best.u, best.labels, ckpt.eos_id)
+        # every line certified where the recovered batch reproduces the update (embedding_matching.certify)
+        residual = certify(ckpt, gradients, sequences)
+        exact = residual < CERTIFY_RESIDUAL
+        return TextResult(sequences, [exact] * len(sequences), [best.objective] * len(sequences), {
+            "length": problem.length, "length_from": length_from, "steps": best.steps, "objective": best.objective,
+            "interrupted": best.interrupted, "matched_tensors": len(problem.names), "excluded": problem.excluded,
+            "labels": "optimised jointly (next-token labels are the unknown tokens)",
+            "objective_history": best.history[:: max(1, len(best.history) // 50)], **extra,
+            "reproduces_update": exact, "recovered_batch_residual": residual, "certifies": exact})
