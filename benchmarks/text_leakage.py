@@ -6,6 +6,7 @@
     .venv/bin/python -m benchmarks.text_leakage --lora-grid          # LoRA-only updates (rank r on c_attn)
     .venv/bin/python -m benchmarks.text_leakage --width 256 --layers 4 --B 4 --T 16 --lora 64 [--fresh]
     .venv/bin/python -m benchmarks.text_leakage --matching-grid --attack tag [--steps 2500] [--seeds 0,1]
+    .venv/bin/python -m benchmarks.text_leakage --fedavg-grid --seeds 0,1 [--double] [--steps-at global]
     .venv/bin/python -m benchmarks.text_leakage --table              # docs/results/text.md's table
 
 Text: sentences of 4 to 20 words from the standard library's docstrings (fedaudit/models/text_tiny.py's corpus; the
@@ -17,7 +18,9 @@ real GPT-2). Per row: token accuracy, ROUGE-1/2/L, exact-sequence rate, DAGER's 
 A LoRA row injects a rank-r adapter on every block's c_attn with ``peft`` (B ~ N(0, 0.02): a fine-tuned adapter; or
 B = 0 with ``--fresh``) and uploads only its factors' gradients. TAG and LAMP (``--attack``) run their defaults but
 ``--steps``; MATCHING_GRID holds a batch DAGER cannot certify (B = 16 on width 64: saturated), where only they read
-anything. Rows go to benchmarks/results/text_leakage.jsonl.
+anything. FEDAVG_GRID: FedAvg deltas of K local SGD steps on K x B lines (``--double``: the client trains in float64;
+``--steps-at global``: the reference code's reading); a row also says whether each recovered line's local step is the
+one the client used it in. Rows go to benchmarks/results/text_leakage.jsonl.
 """
 
 from __future__ import annotations
@@ -34,9 +37,11 @@ import torch
 from benchmarks.common import RESULTS
 from fedaudit.attacks.text import TEXT_ATTACKS
 from fedaudit.client.text_capture import capture_text_update
+from fedaudit.conversion import to_average_gradient
 from fedaudit.io.text_checkpoint import TextCheckpoint
 from fedaudit.metrics.text import text_scores
 from fedaudit.models.text_tiny import add_lora, corpus, gpt2, train_tokenizer
+from fedaudit.text_threat_model import LocalRound
 
 OUT = RESULTS / "text_leakage.jsonl"
 GPT2_VOCAB = 50_257
@@ -52,6 +57,12 @@ LORA_GRID = [  # (width, layers, heads, B, T, r, fresh): below and past the rank
     (768, 12, 12, 4, 32, 256, False), (768, 12, 12, 16, 32, 256, False),
 ]
 
+FEDAVG_GRID = [  # (width, layers, heads, B, T, K, lr): DAGER on FedAvg deltas of K local SGD steps (K x B lines)
+    (256, 4, 4, 4, 16, 2, 1e-4), (256, 4, 4, 4, 16, 2, 1e-3), (256, 4, 4, 4, 16, 2, 1e-2),
+    (256, 4, 4, 4, 16, 3, 1e-3), (256, 4, 4, 4, 16, 4, 1e-3),
+    (768, 12, 12, 4, 32, 2, 1e-3), (768, 12, 12, 4, 32, 4, 1e-3), (768, 12, 12, 4, 32, 4, 1e-4),
+]
+
 
 def sentences() -> list[str]:
     """The corpus's sentences of 4 to 20 words (the length of the GLUE-style sentences DAGER's paper reads)."""
@@ -64,23 +75,38 @@ def sentences() -> list[str]:
 
 
 def run(width: int, layers: int, heads: int, b: int, t: int, seed: int, tokenizer, lora: int = 0,
-        fresh: bool = False, attack: str = "dager", steps: int | None = None) -> dict:
-    lines = random.Random(seed).sample(sentences(), b)
+        fresh: bool = False, attack: str = "dager", steps: int | None = None, local_steps: int = 1,
+        lr: float | None = None, double: bool = False, steps_at: str | None = None) -> dict:
+    """One row: B lines (K x B for a FedAvg delta of K local steps at ``lr``) sampled by ``seed``, captured on a
+    model initialised by ``seed``, attacked, scored against every line of the round."""
+    lines = random.Random(seed).sample(sentences(), b * local_steps)
     net = gpt2(tokenizer, width, layers, heads, positions=1024, seed=seed, vocab_size=GPT2_VOCAB)
+    if double:  # the client trains in float64 (the reference code's FedAvg runs do): its round-off leaves the delta
+        net = net.double()
     ckpt = TextCheckpoint(net, tokenizer, "gpt2", "decoder", "benchmark", "")
     if lora:
         add_lora(ckpt, r=lora, seed=seed, fresh=fresh)
-    cap = capture_text_update(ckpt, lines, b, max_length=t)
-    grads, meta, batch = {ckpt.param_key(k): v for k, v in cap.tensors.items()}, cap.meta, cap.batch
-    options = {"steps": steps} if steps and attack != "dager" else {}
+    cap = capture_text_update(ckpt, lines, b, local_steps, lr, max_length=t)
+    recorded, meta, batch = {ckpt.param_key(k): v for k, v in cap.tensors.items()}, cap.meta, cap.batch
+    params = dict(ckpt.model.named_parameters())
+    grads = to_average_gradient(meta, recorded, {k: params[k].detach() for k in recorded})
+    local = LocalRound(local_steps, lr or 0.0, 0.0, 0.0, len(lines), recorded) if local_steps > 1 else None
+    options: dict = {"steps": steps} if steps and attack != "dager" else {}
+    if steps_at and attack == "dager":
+        options["steps-at"] = steps_at
     torch.manual_seed(seed)
     t0 = time.perf_counter()
-    result = TEXT_ATTACKS.get(attack)(**options).run(ckpt, grads, meta.batch_size)
+    result = TEXT_ATTACKS.get(attack)(**options).run(ckpt, grads, meta.batch_size, local_steps, local)
     seconds = time.perf_counter() - t0
     true = [batch.ids[i, : n - 1].tolist() for i, n in enumerate(batch.lengths)]
     scores = text_scores(true, [tokenizer.decode(s) for s in true], result.sequences,
                          [tokenizer.decode(s) for s in result.sequences])
     update = "full" if not lora else f"lora r={lora}" + (" fresh" if fresh else "")
+    if local_steps > 1:
+        update += f" FedAvg K={local_steps} lr={lr:g}" + (" float64" if double else "")
+    # a delta's lines: is each recovered line's local step (DAGER's replay) the step the client used it in?
+    where = {tuple(s): int(k) for s, k in zip(true, cap.step.tolist())}
+    steps_right = [where.get(tuple(s)) == k for s, k in zip(result.sequences, result.diagnostics.get("local_step") or [])]
     return {"attack": attack, **options, "update": update, "width": width, "layers": layers, "B": b, "T": t, "seed": seed,
             "visible_tokens": sum(n - 1 for n in batch.lengths), "token_accuracy": scores.token_accuracy,
             "rouge1": scores.rouge1, "rouge2": scores.rouge2, "rougeL": scores.rougeL,
@@ -89,7 +115,11 @@ def run(width: int, layers: int, heads: int, b: int, t: int, seed: int, tokenize
             "max_tokens_per_position": max(result.diagnostics.get("tokens_per_position") or [0]),
             "positions": len(result.diagnostics.get("tokens_per_position") or []),
             **{k: result.diagnostics.get(k) for k in ("ranks", "saturated", "rank_bound_reached", "span_source",
-                                                      "objective", "length")}}
+                                                      "objective", "length", "tau", "per_step", "replay_residual",
+                                                      "round_off")},
+            "true_steps": cap.step.tolist() if local_steps > 1 else None,
+            "local_step": result.diagnostics.get("local_step"),
+            "steps_right": sum(steps_right) if local_steps > 1 else None}
 
 
 def table(rows: list[dict]) -> str:
@@ -102,6 +132,22 @@ def table(rows: list[dict]) -> str:
                      f"{r['seed']} | {r['visible_tokens']} | {ranks} | "
                      f"{r['token_accuracy']:.3f} | {r['rouge1']:.3f} | {r['rouge2']:.3f} | {r['exact_rate']:.2f} | "
                      f"{r['seconds']:.1f} | {r['load']} |")
+    return "\n".join(lines) + "\n"
+
+
+def fedavg_table(rows: list[dict]) -> str:
+    """The FedAvg rows: lines per local step found, the replay's residual, the round-off, the steps assigned right."""
+    lines = ["| update | reading | d | B x K | seed | visible tokens | ranks | round-off | per step | token acc. | "
+             "exact | steps right | replay residual | seconds |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        k = len(set(r["true_steps"]))
+        ro = "/".join(f"{v:.0e}" for v in r.get("round_off") or [])
+        per = "/".join(map(str, r.get("per_step") or [])) or "-"
+        res = f"{r['replay_residual']:.0e}" if r.get("replay_residual") is not None else "-"
+        right = f"{r['steps_right']}/{r['recovered']}" if r.get("per_step") else "-"
+        lines.append(f"| {r['update']} | {r.get('steps-at') or 'replay'} | {r['width']} | {r['B']} x {k} | {r['seed']} | "
+                     f"{r['visible_tokens']} | {'/'.join(map(str, r.get('ranks') or []))} | {ro} | {per} | "
+                     f"{r['token_accuracy']:.3f} | {r['exact_rate']:.2f} | {right} | {res} | {r['seconds']:.1f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -118,26 +164,41 @@ def main(argv=None) -> int:
     ap.add_argument("--attack", default="dager", choices=("dager", "tag", "lamp"))
     ap.add_argument("--steps", type=int, help="TAG's and LAMP's steps (their defaults otherwise)")
     ap.add_argument("--seeds", default=None, help="comma list (overrides --seed)")
+    ap.add_argument("--local-steps", type=int, default=1, help="K: a FedAvg delta of K local SGD steps")
+    ap.add_argument("--lr", type=float, help="with --local-steps: the local learning rate")
+    ap.add_argument("--fedavg-grid", action="store_true", help="run FEDAVG_GRID")
+    ap.add_argument("--double", action="store_true", help="the client trains in float64")
+    ap.add_argument("--steps-at", choices=("replay", "global"), help="DAGER's reading of a delta (its default: replay)")
     ap.add_argument("--table", action="store_true")
     args = ap.parse_args(argv)
     if args.table:
-        print(table([json.loads(line) for line in OUT.read_text().splitlines() if line.strip()]))
+        rows = [json.loads(line) for line in OUT.read_text().splitlines() if line.strip()]
+        print(table([r for r in rows if not r.get("true_steps")]))
+        print(fedavg_table([r for r in rows if r.get("true_steps")]))
         return 0
     torch.set_num_threads(args.threads)
-    grid = LORA_GRID if args.lora_grid else [(*g, 0, False) for g in (MATCHING_GRID if args.matching_grid else GRID)]
+    rounds = [(1, None)]
+    if args.fedavg_grid:
+        grid = [(*g, 0, False) for g in {r[:5]: None for r in FEDAVG_GRID}]
+    else:
+        grid = LORA_GRID if args.lora_grid else [(*g, 0, False) for g in (MATCHING_GRID if args.matching_grid else GRID)]
     if args.width:
         grid = [(args.width, args.layers or 2, args.heads or max(1, args.width // 64), args.B or 4, args.T or 32,
                  args.lora, args.fresh)]
+    if args.local_steps > 1:
+        rounds = [(args.local_steps, args.lr)]
     tokenizer = train_tokenizer(8000)
     seeds = [int(x) for x in args.seeds.split(",")] if args.seeds else [args.seed]
     for width, layers, heads, b, t, lora, fresh in grid:
         if args.attack == "lamp" and b > 4:
             continue
-        for seed in seeds:
-            row = run(width, layers, heads, b, t, seed, tokenizer, lora, fresh, args.attack, args.steps)
-            print(json.dumps(row), file=sys.stderr, flush=True)
-            with OUT.open("a") as f:
-                f.write(json.dumps(row) + "\n")
+        for k, lr in ([r[5:] for r in FEDAVG_GRID if r[:5] == (width, layers, heads, b, t)] if args.fedavg_grid
+                      else rounds):
+            for seed in seeds:
+                row = run(width, layers, heads, b, t, seed, tokenizer, lora, fresh, args.attack, args.steps, k, lr, args.double, args.steps_at)
+                print(json.dumps(row), file=sys.stderr, flush=True)
+                with OUT.open("a") as f:
+                    f.write(json.dumps(row) + "\n")
     return 0
 
 

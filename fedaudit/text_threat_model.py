@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from fedaudit.conversion import to_average_gradient
+from fedaudit.conversion import local_minus_global, optimizer_terms, to_average_gradient
 from fedaudit.errors import InputError
 from fedaudit.io.text_adapter import load_text_model
 from fedaudit.io.text_checkpoint import LORA_PARTS, TextCheckpoint
@@ -18,10 +18,25 @@ from fedaudit.threat_model import check_update_tensors, with_batch_size
 
 
 @dataclass
+class LocalRound:
+    """What a delta reveals of the client's local round: K SGD steps on successive batches of B lines (``examples``
+    lines in all, cycling; None when not recorded) at ``lr`` with the recorded momentum and weight decay, and the
+    change itself (w_local - w_global, by parameter, as recorded)."""
+
+    steps: int
+    lr: float
+    momentum: float
+    weight_decay: float
+    examples: int | None
+    change: dict[str, torch.Tensor]
+
+
+@dataclass
 class TextThreatModel:
     checkpoint: TextCheckpoint
     update: RecordedUpdate
     gradient: dict[str, torch.Tensor]  # the mean gradient (FedSGD) or the delta's pseudo-gradient, by parameter
+    local: LocalRound | None  # a delta's or weights upload's local round (None for a gradient)
     present: list[str]
     absent: list[str]
     nonfinite: list[str] = field(default_factory=list)
@@ -34,6 +49,19 @@ class TextThreatModel:
     @property
     def batch_size(self) -> int | None:
         return self.update.meta.batch_size
+
+    @property
+    def lines(self) -> int | None:
+        """How many distinct lines the update can hold: B, or a delta's K batches of B (fewer where the round
+        cycles over its ``num_examples`` lines); None without the batch size."""
+        return lines_in_round(self.batch_size, self.meta.local_steps, self.meta.num_examples)
+
+
+def lines_in_round(batch_size: int | None, steps: int, examples: int | None) -> int | None:
+    """B x K, or the round's ``examples`` where it cycles over fewer (each step takes the next B lines)."""
+    if not batch_size:
+        return None
+    return batch_size * min(steps, max(1, examples // batch_size)) if examples else batch_size * steps
 
 
 def load_text_threat_model(checkpoint_path: str | Path, update_path: str | Path, *, base: str | Path | None = None,
@@ -66,7 +94,13 @@ def load_text_threat_model(checkpoint_path: str | Path, update_path: str | Path,
     gradient = to_average_gradient(upd.meta, raw, {k: params[k].detach() for k in raw})
     if not allow_nonfinite and not any(bool(g.any()) for g in gradient.values()):
         raise InputError(f"{src}: every parameter's update is zero: the client uploaded no change")
-    tm = TextThreatModel(ckpt, upd, gradient, present, absent, nonfinite)
+    local = None
+    if upd.meta.kind != "gradient":
+        momentum, wd = optimizer_terms(upd.meta)
+        change = {k: local_minus_global(upd.meta, v, params[k].detach().to(v.dtype)) for k, v in raw.items()}
+        local = LocalRound(upd.meta.local_steps, float(upd.meta.local_lr or 0.0), momentum, wd, upd.meta.num_examples,
+                           change)
+    tm = TextThreatModel(ckpt, upd, gradient, local, present, absent, nonfinite)
     if upd.meta.batch_size is None:
         tm.warnings.append("the update does not record fedaudit.batch_size: DAGER cannot tell a consistent search "
                            "(at most B sequences) from one that let too much through")

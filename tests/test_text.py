@@ -103,7 +103,20 @@ def test_dager_checks_the_first_token_in_block_one(tiny):
 
 def ckpt_tokens_at_zero(ckpt, grads):
     """Step 1's tokens at position 0."""
-    from fedaudit.attacks.text.dager import Dager, input_span
+    from fedaudit.attacks.text.dager import Dager, Front, input_span
 
     with torch.no_grad():
-        return Dager()._tokens(ckpt, input_span(ckpt, grads, 0, None))[0]
+        return Dager()._tokens(Front.of(ckpt.model), input_span(ckpt, grads, 0, None))[0]
+
+
+def test_a_deltas_rank_is_read_against_its_round_off():
+    from fedaudit.attacks.text.dager import noise_rank
+
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(96, 64, generator=g) * 0.02
+    signal = torch.randn(96, 10, generator=g) @ torch.randn(10, 64, generator=g)
+    for scale, rank in ((1e-4, 10), (1e-11, 0)):
+        # the client's weights after the step, rounded to float32; the change recorded as their difference
+        change = (w + scale * signal / signal.norm()) - w
+        _, found, floor = noise_rank(change, w, 1, torch.float32)
+        assert found == rank and (floor < 1e-2 if rank else floor == 1.0)

@@ -41,13 +41,19 @@ def tokenize_lines(ckpt: TextCheckpoint, lines: list[str], max_length: int) -> T
     limit = int(ckpt.model.config.n_positions)
     if max_length > limit:
         raise InputError(f"--max-length {max_length} exceeds the model's {limit} positions")
-    eos = ckpt.eos_id
     seqs = []
     for i, line in enumerate(lines):
         tokens = ckpt.tokenizer.encode(line).ids[: max_length - 1]
         if not tokens:
             raise InputError(f"text line {i + 1} is empty after tokenisation")
-        seqs.append([*tokens, eos])
+        seqs.append(tokens)
+    return ended_batch(seqs, ckpt.eos_id)
+
+
+def ended_batch(sequences: list[list[int]], eos: int) -> TextBatch:
+    """A batch of token-id lines as the client prepares them: each ended with the end-of-sequence token ``eos``,
+    right-padded with it, the padding masked."""
+    seqs = [[*s, eos] for s in sequences]
     width = max(map(len, seqs))
     ids = torch.full((len(seqs), width), eos, dtype=torch.long)
     mask = torch.zeros((len(seqs), width), dtype=torch.long)

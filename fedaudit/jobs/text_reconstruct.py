@@ -61,7 +61,7 @@ class TextReconstructJob:
                             {"attack": self.attack, **self.options, "gate": self.gate}, self.session.seed)
         t0 = time.perf_counter()
         with Heartbeat(f"reconstruct {self.attack}", self.session.quiet, self.session.progress):
-            result = attack.run(tm.checkpoint, tm.gradient, tm.batch_size, tm.meta.local_steps)
+            result = attack.run(tm.checkpoint, tm.gradient, tm.batch_size, tm.meta.local_steps, tm.local)
         record["timings"]["attack"] = round(time.perf_counter() - t0, 4)
         tok = tm.checkpoint.tokenizer
         sequences = [RecoveredSequence(i, tok.decode(s), s, bool(c), float(sc))
@@ -74,7 +74,9 @@ class TextReconstructJob:
                   "the adapter's rank is reached: the batch has more visible tokens than its gradient shows"
                   if diag.get("rank_bound_reached") else
                   None if diag.get("consistent", True) else "inconsistent: more sequences than the batch holds")
-        est = estimated_text_band(certified, tm.batch_size, reason)
+        held = (f"the round's {tm.lines} lines ({tm.meta.local_steps} local steps of B = {tm.batch_size})"
+                if tm.meta.local_steps > 1 and tm.lines else None)
+        est = estimated_text_band(certified, tm.lines, reason, held)
         verdict = TextVerdict(est.band, est.range, f"{self.attack}'s exact checks", est.why,  # type: ignore[arg-type]
                               what_it_reveals(tm, diag, certified))
         measured = self._measure(truth, sequences, tok) if truth is not None else None

@@ -64,15 +64,17 @@ def measured_text_band(rouge1: list[float], exact: list[float], seed: int = 0) -
                                            f"{k} of {n} sequences exact (Wilson {lo_e:.2f}..{hi_e:.2f})")
 
 
-def estimated_text_band(certified: int, batch_size: int | None, reason: str | None = None) -> TextBand:
-    """The truth-free band from the number of sequences the attack certified (module docstring)."""
+def estimated_text_band(certified: int, batch_size: int | None, reason: str | None = None,
+                        held: str | None = None) -> TextBand:
+    """The truth-free band from the number of sequences the attack certified (module docstring): ``batch_size`` is
+    how many lines the update holds (a delta's K x B), ``held`` says so in words (default "B = <batch_size>")."""
     if certified <= 0:
         return TextBand("low", ["low", "very_high"], "nothing certified" + (f" ({reason})" if reason else "")
                         + ": no evidence either way")
     if batch_size:
         rate = min(certified / batch_size, 1.0)
         point = exact_band(rate)
-        why = f"{certified} of B = {batch_size} sequences passed every exact check"
+        why = f"{certified} of {held or f'B = {batch_size}'} sequences passed every exact check"
         if certified >= batch_size:
             return TextBand(point, [point, point], why + ": the whole batch, word for word")
         return TextBand(point, [point, "very_high"], why + "; the others may leak by other means")

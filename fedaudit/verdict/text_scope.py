@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fedaudit.attacks.text.dager import REPLAYED
 from fedaudit.text_threat_model import TextThreatModel
 
 
@@ -46,11 +47,36 @@ def what_it_reveals(tm: TextThreatModel, diagnostics: dict[str, Any], certified:
         if diagnostics.get("saturated"):
             lines.append("This batch reaches the width: its spans hold every candidate, so no line can be certified "
                          "(no evidence of safety: approximate attacks, tag and lamp, still apply).")
+    if tm.meta.local_steps > 1 and tm.local is not None:
+        lines.append(_delta_line(tm, diagnostics))
     if diagnostics.get("certifies") is False:
         lines.append("This attack is approximate and its recovered lines do not reproduce the update, so it certifies "
                      "none; its words are read against the truth (--truth) or by eye. DAGER's exact checks, where "
                      "they apply, certify what they recover.")
     if certified:
-        lines.append(f"Here {certified} line(s)" + (f" of B = {b}" if b else "") + " passed every exact check: the "
-                     "update reveals them word for word.")
+        held = f" of the round's {tm.lines}" if tm.meta.local_steps > 1 and tm.lines else f" of B = {b}" if b else ""
+        lines.append(f"Here {certified} line(s){held} passed every exact check: the update reveals them word for word.")
     return lines
+
+
+def _delta_line(tm: TextThreatModel, diagnostics: dict[str, Any]) -> str:
+    """A FedAvg delta: what its rows hold, how DAGER reads them, and what the replay and the round-off showed."""
+    local = tm.local
+    assert local is not None
+    line = (f"FedAvg delta of {local.steps} local SGD steps (lr {local.lr:g}): its rows hold every step's inputs, each "
+            "at that step's weights; DAGER searches the steps one by one at weights replayed from the lines it "
+            "recovered, and certifies them only where replaying the round on them reproduces the delta.")
+    residual = diagnostics.get("replay_residual")
+    if residual is not None:
+        line += (f" Replaying the recovered round reproduces the delta (relative residual {residual:.0e})."
+                 if residual < REPLAYED else
+                 f" The replayed round is {residual:.2g} (relative) from the delta: not every step's lines were found, "
+                 "so none is certified.")
+    floor = max((r for r in diagnostics.get("round_off") or [] if r is not None), default=None)
+    if floor is not None and floor > FADING:
+        line += (f" The change stands only {1 / floor:.0f}x above its float round-off: at learning rates this small "
+                 "the steps' directions fade into it and the checks lose lines (no evidence of safety).")
+    return line
+
+
+FADING = 1e-4  # a round-off estimate above this share of the change's top singular value: lines fade (docs/text.md)

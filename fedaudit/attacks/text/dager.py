@@ -17,22 +17,38 @@ prefix: sequences are grown token by token, an extension kept only where its new
 
 The span thresholds follow the reference code's defaults (1e-5 and 1e-3 on the normalised distance); the rank does
 not (``span_basis``). A LoRA adapter on the attention inputs is read through its factors (``input_span``): exact while
-the batch has fewer visible tokens than the adapter's rank r. FedAvg deltas are not covered yet.
+the batch has fewer visible tokens than the adapter's rank r.
+
+FedAvg deltas (K local SGD steps): the delta's rows lie in the union of the K steps' input spans, each step's inputs
+computed at that step's weights, which the server does not see. The reference code checks every step at the global
+weights with the rank padded by 60 and both thresholds loosened to 5e-3 (its fed_avg script; ``steps-at global`` checks
+at the global weights too, with this module's rank);
+fedaudit searches the steps one by one, each at the weights replayed from the lines recovered for the steps before it
+(``_peel``), and certifies the lines only where replaying the whole round on them reproduces the delta. The delta's
+rank is read against its round-off (``noise_rank``), not a fall. docs/text.md, "DAGER on FedAvg deltas".
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
+from fedaudit.attacks.text.local_replay import Replay
 from fedaudit.attacks.text.registry import TEXT_ATTACKS
 from fedaudit.attacks.text.result import TextResult
 from fedaudit.errors import NotApplicable
 from fedaudit.io.text_checkpoint import TextCheckpoint
 from fedaudit.methods import Method, MethodOption
+from fedaudit.text_threat_model import LocalRound, lines_in_round
 
 GAP = 1e3  # the drop between consecutive singular values that marks the gradient's rank (see span_basis)
+TAU1, TAU2 = 1e-5, 1e-3  # a gradient's span thresholds (the reference code's defaults)
+DELTA_TAU = 5e-3  # a delta's, both steps (the reference code's fed_avg script)
+WIDE_TAU, WIDE_BEAM = 5e-2, 64  # a delta's second search where the first is not reproduced (see run)
+REPLAYED = 1e-3  # a delta's replay residual below which the round is the client's (measured 1e-14 to 4e-6 vs 0.5 to 3.7)
+NOISE_MARGIN = 2.0  # a delta's rank: singular values above this many round-off estimates (see noise_rank)
 
 
 def span_basis(gradient: torch.Tensor, rank_tol: float | None) -> tuple[torch.Tensor, int]:
@@ -57,6 +73,25 @@ def span_basis(gradient: torch.Tensor, rank_tol: float | None) -> tuple[torch.Te
     return vh[:rank].T.contiguous(), rank
 
 
+def noise_rank(change: torch.Tensor, weight: torch.Tensor, steps: int, recorded: torch.dtype
+               ) -> tuple[torch.Tensor, int, float]:
+    """An orthonormal basis of the row space of a recorded delta ``change`` (out x d) and its rank, read against its
+    round-off: each of the client's K steps rounds the weights (``w - lr g`` to the weights' precision), and the
+    recorded difference to its own, so the change carries noise of about eps * |w| per entry, a random matrix whose
+    largest singular value is about eps * rms(w) * sqrt(K) * (sqrt(out) + sqrt(d)) / 2 (measured: the noise bulk tops at
+    0.5-0.6 of that estimate on GPT-2-shaped deltas in float32). The rank is the count of singular values above
+    NOISE_MARGIN estimates. A delta has no clean fall to read: two steps' inputs of one (token, position) differ by the
+    drift and leave a direction as small as it, and at small learning rates the batch's directions fade into the noise.
+    Also returns the round-off estimate relative to the largest singular value (1: the change is all round-off)."""
+    g = change.detach().to(torch.float64)
+    eps = max(torch.finfo(recorded).eps, torch.finfo(weight.dtype).eps)
+    rms = float(weight.detach().to(torch.float64).pow(2).mean().sqrt())
+    noise = eps * rms * steps ** 0.5 * (g.shape[0] ** 0.5 + g.shape[1] ** 0.5) / 2
+    _, s, vh = torch.linalg.svd(g, full_matrices=False)
+    rank = int((s > NOISE_MARGIN * noise).sum())
+    return vh[:rank].T.contiguous(), rank, min(1.0, noise / float(s[0])) if s.numel() and float(s[0]) > 0 else 1.0
+
+
 def span_distance(x: torch.Tensor, basis: torch.Tensor) -> torch.Tensor:
     """||(I - R R^T) x|| / ||x|| for each row of ``x``: 0 inside the span, 1 orthogonal to it."""
     x = x.detach().to(torch.float64)
@@ -74,6 +109,7 @@ class InputSpan:
     rank: int
     bound: int
     source: str  # "weight" (full fine-tuning), "lora_A" or "lora_B" (a LoRA adapter's factor)
+    round_off: float | None = None  # a delta's: its round-off estimate relative to its largest singular value
     down: torch.Tensor | None = None  # lora_B's case: the adapter's A (r x d), which maps an input to the checked space
 
     def distance(self, x: torch.Tensor) -> torch.Tensor:
@@ -90,16 +126,23 @@ def _sources(gradients: dict[str, torch.Tensor], module: str) -> dict[str, str]:
     return {k: v for k, v in found.items() if v} if all(found.values()) else {}
 
 
-def input_span(ckpt: TextCheckpoint, gradients: dict[str, torch.Tensor], layer: int, rank_tol: float | None) -> InputSpan:
+def input_span(ckpt: TextCheckpoint, gradients: dict[str, torch.Tensor], layer: int, rank_tol: float | None,
+               change: dict[str, torch.Tensor] | None = None, steps: int = 1) -> InputSpan:
     """Block ``layer``'s attention-input span. Full fine-tuning: the rows of the weight's gradient (GPT-2's Conv1D
-    stores in x out: transposed). A LoRA adapter (W + s B A): grad A = s B^T sum_i delta_i x_i^T has its rows in the
-    inputs' span, at most r of them; a fresh adapter (B = 0) has grad A = 0, and grad B = s sum_i delta_i (A x_i)^T
-    shows the inputs through A, so candidates are mapped by A before the check (the spec's reading of the paper's
-    LoRA variant; the reference code's B path is unclear). docs/text.md."""
+    stores in x out: transposed), or of a delta's change, its rank read against the round-off (``noise_rank``). A LoRA
+    adapter (W + s B A): grad A = s B^T sum_i delta_i x_i^T has its rows in the inputs' span, at most r of them; a fresh
+    adapter (B = 0) has grad A = 0, and grad B = s sum_i delta_i (A x_i)^T shows the inputs through A, so candidates
+    are mapped by A before the check (the spec's reading of the paper's LoRA variant; the reference code's B path is
+    unclear). docs/text.md."""
     module = f"transformer.h.{layer}.attn.c_attn"
     src = _sources(gradients, module)
     if "weight" in src:
-        g = gradients[src["weight"]].T
+        key = src["weight"]
+        if change is not None and rank_tol is None:
+            weight = dict(ckpt.model.named_parameters())[key]
+            basis, rank, floor = noise_rank(change[key].T, weight.T, steps, change[key].dtype)
+            return InputSpan(basis, rank, int(weight.shape[0]), "weight", round_off=floor)
+        g = (change if change is not None else gradients)[key].T
         basis, rank = span_basis(g, rank_tol)
         return InputSpan(basis, rank, int(g.shape[1]), "weight")
     grad_a, grad_b = gradients[src["lora_A"]], gradients[src["lora_B"]]
@@ -112,6 +155,22 @@ def input_span(ckpt: TextCheckpoint, gradients: dict[str, torch.Tensor], layer: 
     return InputSpan(basis, rank, r, "lora_B", down=a)
 
 
+@dataclass
+class Front:
+    """What the first two blocks' attention inputs are computed from, at one set of weights: the token and position
+    embeddings, block 0, and block 1's first LayerNorm."""
+
+    embed: torch.Tensor
+    positions: torch.Tensor
+    block0: Any  # a GPT-2 block (its ln_1 is block 0's attention-input LayerNorm)
+    ln1: Any
+
+    @classmethod
+    def of(cls, model: Any) -> "Front":
+        tr = model.transformer
+        return cls(tr.wte.weight, tr.wpe.weight, tr.h[0], tr.h[1].ln_1)
+
+
 @TEXT_ATTACKS.register
 class Dager(Method):
     name = "dager"
@@ -119,10 +178,16 @@ class Dager(Method):
     paper = "Petrov et al., DAGER: Exact Gradient Inversion for Large Language Models, NeurIPS 2024"
     options = (
         MethodOption("rank-tol", float, 0.0, "relative singular-value tolerance of the gradients' rank (0: where the "
-                     "singular values fall by more than 1000x at once; the reference code uses numpy's "
-                     "sigma_max * max(shape) * eps)"),
-        MethodOption("tau1", float, 1e-5, "span-distance threshold of step 1 (a token at a position)"),
-        MethodOption("tau2", float, 1e-3, "span-distance threshold of step 2 (a sequence's next position)"),
+                     "singular values fall by more than 1000x at once, or for a delta above its round-off; the "
+                     "reference code uses numpy's sigma_max * max(shape) * eps)"),
+        MethodOption("tau1", float, 0.0, "span-distance threshold of step 1, a token at a position (0: 1e-5 for a "
+                     "gradient, 5e-3 for a delta)"),
+        MethodOption("tau2", float, 0.0, "span-distance threshold of step 2, a sequence's next position (0: 1e-3 "
+                     "for a gradient, 5e-3 for a delta)"),
+        MethodOption("steps-at", str, "replay", "a FedAvg delta's checks: each local step at the weights replayed on "
+                     "the steps before it (replay), or every step at the global weights, the reference code's way "
+                     "(global: the lines of later steps drift out of the span when the learning rate is not small)",
+                     choices=("replay", "global")),
         MethodOption("max-beam", int, 20_000, "the most partial sequences step 2 carries (the best-scoring kept)",
                      positive=True),
         MethodOption("chunk", int, 1024, "sequences per forward of block 0", positive=True),
@@ -130,6 +195,7 @@ class Dager(Method):
 
     def __init__(self, **opts):
         self.opts = self.parse_options(opts)
+        self.tau1, self.tau2 = self.opts["tau1"] or TAU1, self.opts["tau2"] or TAU2  # run() sets a delta's
 
     @staticmethod
     def reasons(ckpt: TextCheckpoint, gradients: dict[str, torch.Tensor], local_steps: int = 1) -> list[str]:
@@ -142,19 +208,31 @@ class Dager(Method):
                 where = ("a LoRA adapter on it, which the adapter does not have" if ckpt.adapter is not None
                          else "which the update withholds")
                 reasons.append(f"needs block {layer}'s attention-input gradient ({module}.weight, or {where})")
-        if local_steps != 1:
-            reasons.append(f"needs a one-step (FedSGD) update; this one has {local_steps} local steps")
+        if local_steps != 1 and ckpt.adapter is not None:
+            reasons.append(f"a LoRA adapter's delta of {local_steps} local steps is not covered (the paper's LoRA "
+                           "variant reads one gradient; the adapter's factors move each other between steps)")
         return reasons
 
     def run(self, ckpt: TextCheckpoint, gradients: dict[str, torch.Tensor], batch_size: int | None,
-            local_steps: int = 1) -> TextResult:
+            local_steps: int = 1, local: LocalRound | None = None) -> TextResult:
+        """``local``: a delta's local round (its change, learning rate, ...), which a delta of ``local_steps`` > 1
+        needs: its steps are searched one by one at the replayed weights."""
         if why := self.reasons(ckpt, gradients, local_steps):
             raise NotApplicable("; ".join(why))
+        multi = local_steps > 1
+        if multi and (local is None or not batch_size):
+            raise NotApplicable(f"a delta of {local_steps} local steps needs its learning rate, its change and the "
+                                "batch size (fedaudit.local_lr, fedaudit.batch_size)")
         tol = self.opts["rank-tol"] or None
+        self.tau1 = self.opts["tau1"] or (DELTA_TAU if multi else TAU1)
+        self.tau2 = self.opts["tau2"] or (DELTA_TAU if multi else TAU2)
         width = int(ckpt.model.transformer.wte.weight.shape[1])
-        spans = [input_span(ckpt, gradients, layer, tol) for layer in (0, 1)]
+        spans = [input_span(ckpt, gradients, layer, tol, local.change if multi and local else None, local_steps)
+                 for layer in (0, 1)]
         diagnostics: dict = {"ranks": [s.rank for s in spans], "width": width, "span_source": [s.source for s in spans],
-                             "rank_bounds": [s.bound for s in spans]}
+                             "rank_bounds": [s.bound for s in spans], "tau": [self.tau1, self.tau2]}
+        if multi:
+            diagnostics["round_off"] = [s.round_off for s in spans]
         # a LoRA adapter's gradient shows at most r directions of its layer's inputs: at rank r the batch has at
         # least r visible tokens, the span is a slice of the inputs' span that holds none of them, and nothing can be
         # certified (the bound of the paper's LoRA variant, N < r)
@@ -164,49 +242,103 @@ class Dager(Method):
         if diagnostics["rank_bound_reached"]:
             return empty
         with torch.no_grad():
-            tokens = None if self._holds_anything(ckpt, spans[1]) else self._tokens(ckpt, spans[0])
             # where a span holds (nearly) every candidate, as at a full rank (LayerNorm's outputs span d - 1
             # directions when its bias is 0), the check tells nothing apart; the regime is all or nothing (a few
             # candidates pass, or all), so half of them marks it: block 1's span probed with random sequences,
             # block 0's with the vocabulary at each position. The reference code caps the rank at d - 20 instead
             # and searches on.
-            saturated = tokens is None
-            diagnostics["saturated"] = saturated
+            front = Front.of(ckpt.model)
+            tokens = None if self._holds_anything(front, spans[1]) else self._tokens(front, spans[0])
+            diagnostics["saturated"] = tokens is None
             if tokens is None:
                 empty.diagnostics["saturated"] = True
                 return empty
-            sequences, scores = self._sequences(ckpt, tokens, spans[1])
+            if multi and self.opts["steps-at"] == "replay":
+                assert local is not None and batch_size
+                sequences, scores, extra = self._peel(ckpt, spans, tokens, batch_size, local)
+                if extra["replay_residual"] >= REPLAYED and not (self.opts["tau1"] or self.opts["tau2"]):
+                    # not reproduced: a true line's weak directions may sit in the round-off (near the width, or
+                    # a line used twice in a cycling round, whose two copies differ only by the drift), which puts
+                    # its distance past 5e-3; the replay certifies, so the thresholds may widen, once, with the
+                    # search's beam kept small (WIDE_BEAM lines per batch line, the best-scoring) for its cost
+                    self.tau1 = self.tau2 = WIDE_TAU
+                    wide = self._peel(ckpt, spans, self._tokens(front, spans[0]) or [], batch_size, local,
+                                      beam=min(self.opts["max-beam"], WIDE_BEAM * batch_size))
+                    extra["widened"] = wide[2]["replay_residual"] < extra["replay_residual"]
+                    if extra["widened"]:
+                        sequences, scores, extra = wide[0], wide[1], {**wide[2], "widened": True}
+                    else:
+                        self.tau1, self.tau2 = self.opts["tau1"] or DELTA_TAU, self.opts["tau2"] or DELTA_TAU
+                    diagnostics["tau"] = [self.tau1, self.tau2]
+                diagnostics.update(extra)
+            else:
+                sequences, scores = self._sequences(front, tokens, spans[1])
         order = sorted(range(len(sequences)), key=lambda i: scores[i])
-        # a truth-free check of the whole search: a batch holds at most B distinct sequences; more means block 1's
+        # a truth-free check of the whole search: a batch holds at most B distinct sequences (a delta's round K x B);
+        # more means block 1's
         # span let through what the batch does not hold (too many visible tokens for the width, or a rank
         # misjudged), and no sequence is then called exact. (Step 1 alone lets more than B tokens through at a
-        # position by design: E[t] + P[p] is a sum of embeddings the span holds for other pairs.)
+        # position by design: E[t] + P[p] is a sum of embeddings the span holds for other pairs.) A delta's steps
+        # are each taken B at a time (``_peel``).
         per_position = [len(t) for t in tokens]
-        consistent = batch_size is None or len(sequences) <= batch_size
-        if batch_size:
-            order = order[:batch_size]
+        most = lines_in_round(batch_size, local_steps, local.examples if local else None)
+        consistent = most is None or len(sequences) <= most
+        if most and "local_step" not in diagnostics:
+            order = order[:most]
+        if "local_step" in diagnostics:
+            diagnostics["local_step"] = [diagnostics["local_step"][i] for i in order]
+        # a delta's checks are loose (5e-3) and noisy: a line whose next token fails its check ends early and passes
+        # as a whole line (measured at lr 1e-4: four first words alone). So a delta's lines are certified only where
+        # replaying the round on them reproduces the recorded change (every line then is the client's); the
+        # reference code's reading (``steps-at global``) has no replay and certifies none.
+        replayed = not multi or diagnostics.get("replay_residual", float("inf")) < REPLAYED
         return TextResult(
-            [sequences[i] for i in order], [consistent and scores[i] < self.opts["tau2"] for i in order],
+            [sequences[i] for i in order], [replayed and consistent and scores[i] < self.tau2 for i in order],
             [scores[i] for i in order],
             {**diagnostics, "consistent": consistent, "tokens_per_position": per_position,
              "complete_sequences": len(sequences)})
 
-    def _holds_anything(self, ckpt: TextCheckpoint, span: InputSpan, probes: int = 64) -> bool:
+    def _peel(self, ckpt: TextCheckpoint, spans: list[InputSpan], tokens: list[list[int]], batch_size: int,
+              local: LocalRound, beam: int | None = None) -> tuple[list[list[int]], list[float], dict]:
+        """A delta's steps one by one: step k's lines are exact at the weights after k steps (block 1's inputs
+        move by 1e-2 of their length per step at lr 1e-3 on a random-init model, beyond any threshold that keeps
+        false extensions out), which the server does not see but can replay: search at the replayed weights, take
+        the B best sequences not taken by an earlier step, step the replay on them (the client's loss, lines ended
+        by the end-of-sequence token), go on; step 1's tokens too, at each step's weights. A round that
+        cycles over fewer lines than K x B repeats its first batches; the replayed change against the recorded one
+        is reported (``replay_residual``)."""
+        replay = Replay(ckpt, local)
+        batches = max(1, (local.examples or batch_size * local.steps) // batch_size)
+        taken: dict[tuple[int, ...], tuple[float, int]] = {}
+        steps: list[list[list[int]]] = []
+        for k in range(local.steps):
+            if k < batches:
+                front = Front.of(replay.model)
+                here = tokens if k == 0 else self._tokens(front, spans[0]) or []
+                found, scores = self._sequences(front, here, spans[1], beam)
+                fresh = sorted((sc, s) for s, sc in zip(found, scores) if tuple(s) not in taken)[:batch_size]
+                taken.update({tuple(s): (sc, k) for sc, s in fresh})
+                steps.append([s for _, s in fresh])
+            replay.step(steps[k % batches])
+        sequences = [list(s) for s in taken]
+        return sequences, [taken[tuple(s)][0] for s in sequences], {
+            "local_step": [taken[tuple(s)][1] for s in sequences], "per_step": [len(s) for s in steps],
+            "replay_residual": replay.residual(local.change)}
+
+    def _holds_anything(self, front: Front, span: InputSpan, probes: int = 64) -> bool:
         """Whether block 1's span holds more than half of ``probes`` random two-token sequences (seeded): then it
         holds every candidate (the visible positions reach the width there) and step 2 cannot tell any apart."""
-        rows = int(ckpt.model.transformer.wte.weight.shape[0])
+        rows = int(front.embed.shape[0])
         seqs = torch.randint(rows, (probes, 2), generator=torch.Generator().manual_seed(0))
-        return 2 * int((self._last_distance(ckpt, seqs, span) < self.opts["tau2"]).sum()) > probes
+        return 2 * int((self._last_distance(front, seqs, span) < self.tau2).sum()) > probes
 
-    def _tokens(self, ckpt: TextCheckpoint, span: InputSpan) -> list[list[int]] | None:
+    def _tokens(self, front: Front, span: InputSpan) -> list[list[int]] | None:
         """Step 1: per position, the vocabulary entries whose block-0 input lies in block 0's span (stops at the
         first position none passes); None where more than half the vocabulary passes at a position (saturated)."""
-        tr = ckpt.model.transformer
-        embed, positions = tr.wte.weight, tr.wpe.weight
         out: list[list[int]] = []
-        for p in range(positions.shape[0]):
-            d = span.distance(tr.h[0].ln_1(embed + positions[p]))
-            hits = torch.nonzero(d < self.opts["tau1"]).flatten()
+        for p in range(front.positions.shape[0]):
+            d = span.distance(front.block0.ln_1(front.embed + front.positions[p]))
+            hits = torch.nonzero(d < self.tau1).flatten()
             if 2 * len(hits) > len(d):
                 return None
             if not len(hits):
@@ -214,19 +346,19 @@ class Dager(Method):
             out.append(hits[torch.argsort(d[hits])].tolist())
         return out
 
-    def _last_distance(self, ckpt: TextCheckpoint, seqs: torch.Tensor, span: InputSpan) -> torch.Tensor:
+    def _last_distance(self, front: Front, seqs: torch.Tensor, span: InputSpan) -> torch.Tensor:
         """Block 1's input at the last position of each sequence, as a span distance. The last position attends to
         every earlier one, so causal and full attention agree there and block 0 runs without a mask."""
-        tr = ckpt.model.transformer
         out = []
         for chunk in seqs.split(self.opts["chunk"]):
-            h = tr.wte(chunk) + tr.wpe(torch.arange(chunk.shape[1]))
-            h = tr.h[0](h)
+            h = front.embed[chunk] + front.positions[: chunk.shape[1]]
+            h = front.block0(h)
             h = h[0] if isinstance(h, tuple) else h
-            out.append(span.distance(tr.h[1].ln_1(h[:, -1])))
+            out.append(span.distance(front.ln1(h[:, -1])))
         return torch.cat(out)
 
-    def _sequences(self, ckpt: TextCheckpoint, tokens: list[list[int]], span: InputSpan) -> tuple[list[list[int]], list[float]]:
+    def _sequences(self, front: Front, tokens: list[list[int]], span: InputSpan, beam_size: int | None = None
+                   ) -> tuple[list[list[int]], list[float]]:
         """Step 2: grow every sequence from step 1's first-position tokens; an extension is kept where its new
         position passes block 1's check; a sequence none of whose extensions passes is complete. Returns the
         complete sequences and their mean span distance."""
@@ -235,9 +367,9 @@ class Dager(Method):
         # the first position is checked in block 1's span too: step 1 lets through tokens that only sums of the
         # batch's embeddings explain (E[t] + P[0] = (E[t] + P[q]) + (E[s] + P[0]) - (E[s] + P[q]); exactly so at
         # random init, where LayerNorm is a scaled projection), and block 0's nonlinear layers break those sums
-        first = self._last_distance(ckpt, torch.tensor([[t] for t in tokens[0]]), span).tolist()
-        beam = [[t] for t, dist in zip(tokens[0], first) if dist < self.opts["tau2"]]
-        totals = [dist for dist in first if dist < self.opts["tau2"]]  # summed distances of the checked positions
+        first = self._last_distance(front, torch.tensor([[t] for t in tokens[0]]), span).tolist()
+        beam = [[t] for t, dist in zip(tokens[0], first) if dist < self.tau2]
+        totals = [dist for dist in first if dist < self.tau2]  # summed distances of the checked positions
         done: list[list[int]] = []
         scores: list[float] = []
         for i in range(1, len(tokens) + 1):
@@ -246,14 +378,15 @@ class Dager(Method):
                 scores += [t / len(s) for s, t in zip(beam, totals)]
                 break
             cands = [(b, s + [t]) for b, s in enumerate(beam) for t in tokens[i]]
-            d = self._last_distance(ckpt, torch.tensor([c for _, c in cands]), span).tolist()
-            kept = [(b, c, dist) for (b, c), dist in zip(cands, d) if dist < self.opts["tau2"]]
+            d = self._last_distance(front, torch.tensor([c for _, c in cands]), span).tolist()
+            kept = [(b, c, dist) for (b, c), dist in zip(cands, d) if dist < self.tau2]
             extended = {b for b, _, _ in kept}
             for b, s in enumerate(beam):
                 if b not in extended:
                     done.append(s)
                     scores.append(totals[b] / len(s))
-            if len(kept) > self.opts["max-beam"]:
-                kept = sorted(kept, key=lambda k: totals[k[0]] + k[2])[: self.opts["max-beam"]]
+            most = beam_size or self.opts["max-beam"]
+            if len(kept) > most:
+                kept = sorted(kept, key=lambda k: totals[k[0]] + k[2])[:most]
             beam, totals = [c for _, c, _ in kept], [totals[b] + dist for b, _, dist in kept]
         return done, scores

@@ -200,19 +200,12 @@ def certify(ckpt: TextCheckpoint, gradients: dict[str, torch.Tensor], sequences:
     embeddings' included. Below CERTIFY_RESIDUAL the recovered batch reproduces the update: it is the client's batch
     (or one no gradient can tell from it), which certifies every line, as DAGER's checks certify its lines. One
     gradient; infinity where a line is empty or longer than the model's positions."""
-    from fedaudit.client.text_capture import TextBatch, text_gradient  # the client's loss, recomputed by the server
+    from fedaudit.client.text_capture import ended_batch, text_gradient  # the client's loss, recomputed by the server
 
-    eos = ckpt.eos_id
-    lines = [[*s, eos] for s in sequences]
-    if not lines or any(len(s) < 2 for s in lines) or max(map(len, lines)) > int(ckpt.model.config.n_positions):
+    if not sequences or any(not s for s in sequences) or max(map(len, sequences)) >= int(ckpt.model.config.n_positions):
         return float("inf")
-    width = max(map(len, lines))
-    ids = torch.full((len(lines), width), eos, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for i, s in enumerate(lines):
-        ids[i, : len(s)], mask[i, : len(s)] = torch.tensor(s), 1
     with torch.enable_grad():
-        mine = text_gradient(ckpt, TextBatch(ids, mask, [len(s) for s in lines]))
+        mine = text_gradient(ckpt, ended_batch(sequences, ckpt.eos_id))
     shared = [k for k in gradients if k in mine]
     num = sum(float((mine[k].float() - gradients[k].float()).pow(2).sum()) for k in shared)
     den = sum(float(gradients[k].float().pow(2).sum()) for k in shared)

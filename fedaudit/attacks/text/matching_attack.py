@@ -20,6 +20,7 @@ from fedaudit.attacks.text.result import TextResult
 from fedaudit.errors import NotApplicable
 from fedaudit.io.text_checkpoint import TextCheckpoint
 from fedaudit.methods import Method, MethodOption
+from fedaudit.text_threat_model import LocalRound
 
 LENGTH = MethodOption("length", int, 0, "the dummy lines' length T (0: from the position embedding's gradient, the "
                       "last position with a non-zero row plus one)")
@@ -48,7 +49,7 @@ class MatchingAttack(Method):
         raise NotImplementedError
 
     def run(self, ckpt: TextCheckpoint, gradients: dict[str, torch.Tensor], batch_size: int | None,
-            local_steps: int = 1) -> TextResult:
+            local_steps: int = 1, local: LocalRound | None = None) -> TextResult:
         if why := self.reasons(ckpt, gradients, local_steps):
             raise NotApplicable("; ".join(why))
         length, length_from = sequence_length(ckpt, gradients, self.opts["length"])
