@@ -30,6 +30,22 @@ class LocalRound:
     examples: int | None
     change: dict[str, torch.Tensor]
 
+    def rows(self, weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The change without its weight decay, in float64: what holds the steps' inputs in its rows (weight decay
+        adds a multiple of the whole weight matrix, of full rank). Heavy-ball SGD with weight decay is linear in the
+        weights and the gradients, so the change splits exactly into the part the gradients drive (the steps'
+        inputs in its rows) and ``(a_K - 1) * w_0``, where a_K is the same recursion run on w_0 alone with no
+        gradient (torch's SGD: ``v <- mu v + g + wd w``, ``w <- w - lr v``, v = 0 at the start). ``weights``: the
+        global model's parameters by name."""
+        if not self.weight_decay:
+            return self.change
+        a, v = 1.0, 0.0
+        for _ in range(self.steps):
+            v = self.momentum * v + self.weight_decay * a
+            a -= self.lr * v
+        return {k: d.to(torch.float64) - (a - 1.0) * weights[k].detach().to(torch.float64)
+                for k, d in self.change.items()}
+
 
 @dataclass
 class TextThreatModel:

@@ -127,6 +127,18 @@ def test_a_cycling_fedavg_round_is_recovered_with_widened_checks(cli, tiny, line
     assert diag["widened"] is True and sorted(diag["local_step"]) == [0, 0, 1, 1] and diag["per_step"] == [2, 2]
 
 
+def test_a_heavy_ball_round_with_weight_decay_is_recovered(cli, tiny, lines, tmp_path):
+    # weight decay adds a multiple of the whole weight matrix to the change (full rank: the span would be saturated);
+    # the recursion on the global weights alone gives that multiple exactly, and the replay steps with the momentum
+    delta, truth = tmp_path / "d.safetensors", tmp_path / "t.safetensors"
+    cli("capture", tiny, lines, "-o", delta, "-b", 2, "-k", 2, "--lr", 0.01, "--momentum", 0.9, "--weight-decay", 0.1,
+        "--max-length", 12, "--truth-out", truth)
+    out = cli.json(cli("reconstruct", "dager", tiny, delta, "-o", tmp_path / "o", "--truth", truth))
+    assert out["certified"] == 4 and out["metrics"]["exact_rate"] == 1.0
+    r = cli("capture", tiny, lines, "-o", tmp_path / "g.safetensors", "-b", 4, "--momentum", 0.9, expect=2)
+    assert "--momentum with -k 1" in r.stderr
+
+
 def test_a_delta_drowned_in_round_off_certifies_nothing_and_says_why(cli, tiny, lines, tmp_path):
     # at lr 1e-4 the tiny model's change stands only ~800x above its float32 round-off: the checks lose lines, a line
     # cut short would pass them, and the replay (not reproduced) certifies none: the range reaches very high

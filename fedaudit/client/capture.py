@@ -49,9 +49,14 @@ class Capture:
     step: torch.Tensor  # for each image, the index of the local batch it belongs to
 
 
-def check_recipe(n: int, batch_size: int, local_steps: int, kind: str, lr: float | None, items: str = "images") -> None:
+def check_recipe(n: int, batch_size: int, local_steps: int, kind: str, lr: float | None, items: str = "images",
+                 momentum: float = 0.0, weight_decay: float = 0.0) -> None:
     """Refuse a client recipe that cannot run on ``n`` ``items``: batches that do not split them, a gradient of
-    more than one step or batch, a delta or weights upload without a finite step size (image and text captures)."""
+    more than one step or batch, a delta or weights upload without a finite step size, a momentum outside [0, 1) or a
+    negative or infinite weight decay (image and text captures)."""
+    if not (0 <= momentum < 1) or not (0 <= weight_decay < math.inf):  # NaN fails both
+        raise InputError(f"--momentum must be in [0, 1) and --weight-decay finite and >= 0; got {momentum}, "
+                         f"{weight_decay}")
     if batch_size < 1 or local_steps < 1:
         raise InputError("--batch-size and --local-steps must be >= 1")
     if n % batch_size:
@@ -67,10 +72,7 @@ def check_recipe(n: int, batch_size: int, local_steps: int, kind: str, lr: float
 
 def _validate(cfg: CaptureConfig, n: int) -> str:
     kind = cfg.resolved_kind()
-    check_recipe(n, cfg.batch_size, cfg.local_steps, kind, cfg.lr)
-    if not (0 <= cfg.momentum < 1) or not (0 <= cfg.weight_decay < math.inf):  # NaN fails both
-        raise InputError(f"--momentum must be in [0, 1) and --weight-decay finite and >= 0; got {cfg.momentum}, "
-                         f"{cfg.weight_decay}")
+    check_recipe(n, cfg.batch_size, cfg.local_steps, kind, cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
     return kind
 
 

@@ -93,11 +93,14 @@ class TextCapture:
 
 
 def capture_text_update(ckpt: TextCheckpoint, lines: list[str], batch_size: int, local_steps: int = 1,
-                        lr: float | None = None, max_length: int = 32) -> TextCapture:
+                        lr: float | None = None, max_length: int = 32, momentum: float = 0.0,
+                        weight_decay: float = 0.0) -> TextCapture:
     """What a client uploads from ``lines``: the gradient of one batch (K = 1, exactly B lines) or, for K > 1, the
-    delta (local minus global weights) after K SGD steps at ``lr``, batch k being lines kB..(k+1)B (cycling)."""
+    delta (local minus global weights) after K SGD steps at ``lr`` (heavy-ball ``momentum``, ``weight_decay``), batch
+    k being lines kB..(k+1)B (cycling)."""
     n = len(lines)
-    check_recipe(n, batch_size, local_steps, "gradient" if local_steps == 1 else "delta", lr, "text lines")
+    check_recipe(n, batch_size, local_steps, "gradient" if local_steps == 1 else "delta", lr, "text lines", momentum,
+                 weight_decay)
     batch = tokenize_lines(ckpt, lines, max_length)
     step = torch.arange(n) // batch_size
     source = {"tool": f"fedaudit {__version__}", "task": "next-token", "max_length": max_length}
@@ -113,7 +116,8 @@ def capture_text_update(ckpt: TextCheckpoint, lines: list[str], batch_size: int,
     parts = (TextBatch(batch.ids[r], batch.mask[r], batch.lengths[r]) for r in rows)
     assert lr is not None  # check_recipe refused a delta without it
     try:
-        sgd_steps(model, (functools.partial(next_token_loss, model, part) for part in parts), lr)
+        sgd_steps(model, (functools.partial(next_token_loss, model, part) for part in parts), lr, momentum,
+                  weight_decay)
         names = {n for n, p in model.named_parameters() if p.requires_grad}
         after = model.state_dict()
         # tied weights (GPT-2's output matrix is its embedding) appear once, under the parameter's own name
@@ -122,5 +126,6 @@ def capture_text_update(ckpt: TextCheckpoint, lines: list[str], batch_size: int,
         model.load_state_dict(start)  # the checkpoint stays the global model
         model.zero_grad(set_to_none=True)
     meta = UpdateMeta(kind="delta", delta_sign="local_minus_global", batch_size=batch_size, local_steps=local_steps,
-                      local_lr=lr, num_examples=n, base_checkpoint_sha256=ckpt.sha256, source=source)
+                      local_lr=lr, num_examples=n, base_checkpoint_sha256=ckpt.sha256, source=source,
+                      optimizer={"name": "sgd", "momentum": momentum, "weight_decay": weight_decay})
     return TextCapture(tensors, meta, batch, step)

@@ -40,6 +40,8 @@ class TextCaptureJob:
     local_steps: int = 1
     lr: float | None = None
     max_length: int = 32
+    momentum: float = 0.0
+    weight_decay: float = 0.0
     seed: int = 0
     base: Path | None = None  # the base model's folder when ``checkpoint`` is a LoRA adapter folder
 
@@ -47,7 +49,8 @@ class TextCaptureJob:
         torch.manual_seed(self.seed)
         ckpt = load_text_model(self.checkpoint, self.base)
         lines = read_lines(self.text)
-        cap = capture_text_update(ckpt, lines, self.batch_size, self.local_steps, self.lr, self.max_length)
+        cap = capture_text_update(ckpt, lines, self.batch_size, self.local_steps, self.lr, self.max_length,
+                                  self.momentum, self.weight_decay)
         save_update(output, cap.tensors, cap.meta)
         update_sha = sha256_file(output)
         if truth is not None:

@@ -127,9 +127,11 @@ def _sources(gradients: dict[str, torch.Tensor], module: str) -> dict[str, str]:
 
 
 def input_span(ckpt: TextCheckpoint, gradients: dict[str, torch.Tensor], layer: int, rank_tol: float | None,
-               change: dict[str, torch.Tensor] | None = None, steps: int = 1) -> InputSpan:
+               change: dict[str, torch.Tensor] | None = None, steps: int = 1, recorded: torch.dtype = torch.float32
+               ) -> InputSpan:
     """Block ``layer``'s attention-input span. Full fine-tuning: the rows of the weight's gradient (GPT-2's Conv1D
-    stores in x out: transposed), or of a delta's change, its rank read against the round-off (``noise_rank``). A LoRA
+    stores in x out: transposed), or of a delta's change (its weight decay taken out: ``LocalRound.rows``), its rank read
+    against the round-off (``noise_rank``; ``recorded``: the recorded tensors' dtype). A LoRA
     adapter (W + s B A): grad A = s B^T sum_i delta_i x_i^T has its rows in the inputs' span, at most r of them; a fresh
     adapter (B = 0) has grad A = 0, and grad B = s sum_i delta_i (A x_i)^T shows the inputs through A, so candidates
     are mapped by A before the check (the spec's reading of the paper's LoRA variant; the reference code's B path is
@@ -140,7 +142,7 @@ def input_span(ckpt: TextCheckpoint, gradients: dict[str, torch.Tensor], layer: 
         key = src["weight"]
         if change is not None and rank_tol is None:
             weight = dict(ckpt.model.named_parameters())[key]
-            basis, rank, floor = noise_rank(change[key].T, weight.T, steps, change[key].dtype)
+            basis, rank, floor = noise_rank(change[key].T, weight.T, steps, recorded)
             return InputSpan(basis, rank, int(weight.shape[0]), "weight", round_off=floor)
         g = (change if change is not None else gradients)[key].T
         basis, rank = span_basis(g, rank_tol)
@@ -227,8 +229,9 @@ class Dager(Method):
         self.tau1 = self.opts["tau1"] or (DELTA_TAU if multi else TAU1)
         self.tau2 = self.opts["tau2"] or (DELTA_TAU if multi else TAU2)
         width = int(ckpt.model.transformer.wte.weight.shape[1])
-        spans = [input_span(ckpt, gradients, layer, tol, local.change if multi and local else None, local_steps)
-                 for layer in (0, 1)]
+        rows = local.rows(dict(ckpt.model.named_parameters())) if multi and local else None
+        recorded = next(iter(local.change.values())).dtype if multi and local and local.change else torch.float32
+        spans = [input_span(ckpt, gradients, layer, tol, rows, local_steps, recorded) for layer in (0, 1)]
         diagnostics: dict = {"ranks": [s.rank for s in spans], "width": width, "span_source": [s.source for s in spans],
                              "rank_bounds": [s.bound for s in spans], "tau": [self.tau1, self.tau2]}
         if multi:

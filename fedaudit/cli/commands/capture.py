@@ -69,8 +69,10 @@ def register(app) -> None:
         if is_text_checkpoint(checkpoint):
             image_only = {"--image-labels": labels is not None, "--image-labels-csv": labels_csv is not None,
                           "--resize": resize, "--withhold": bool(withhold), "--no-buffers": no_buffers,
-                          "--include-buffers": include_buffers, "--momentum": momentum != 0.0,
-                          "--weight-decay": weight_decay != 0.0, "--reduction sum": reduction is Reduction.sum,
+                          "--include-buffers": include_buffers,
+                          "--momentum with -k 1": momentum != 0.0 and local_steps == 1,
+                          "--weight-decay with -k 1": weight_decay != 0.0 and local_steps == 1,
+                          "--reduction sum": reduction is Reduction.sum,
                           "--delta-sign global_minus_local": delta_sign is not Sign.local_minus_global,
                           "--kind weights": kind is Kind.weights, "--kind gradient with -k > 1": kind is Kind.gradient and local_steps > 1,
                           "--kind delta with -k 1": kind is Kind.delta and local_steps == 1}
@@ -79,7 +81,8 @@ def register(app) -> None:
                 raise InputError(f"{given[0]} is not supported for a text capture (a language-model folder)")
             from fedaudit.jobs.text_capture import TextCaptureJob
 
-            out = TextCaptureJob(checkpoint, images, batch_size, local_steps, lr, max_length, seed, base).run_to(output, truth)
+            out = TextCaptureJob(checkpoint, images, batch_size, local_steps, lr, max_length, momentum, weight_decay,
+                                 seed, base).run_to(output, truth)
             info_line(f"recorded {out['kind']} of {out['num_examples']} text lines (B={batch_size}, K={local_steps}, "
                       f"at most {max_length} tokens each) -> {output}", quiet)
             emit_json(out)
