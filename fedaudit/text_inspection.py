@@ -31,8 +31,11 @@ def inspect_text_threat_model(tm: TextThreatModel) -> dict[str, Any]:
              else f"the width d = {int(cfg.n_embd)}")
     for name, cls in TEXT_ATTACKS:
         why = cls.reasons(ckpt, tm.gradient, tm.meta.local_steps)
-        attacks[name] = {"applicable": not why, "why_not": why,
-                         "limit": f"exact while the batch's visible tokens stay below {bound}"}
+        limit = f"exact while the batch's visible tokens stay below {bound}"
+        if tm.meta.local_steps > 1:  # a delta holds every step's lines, and its round-off floors the checks
+            limit = (f"exact while the round's visible tokens (the lines of all {tm.meta.local_steps} local steps) stay "
+                     f"below {bound} and the change stands above its float round-off")
+        attacks[name] = {"applicable": not why, "why_not": why, "limit": limit}
     return build(TextInspectResult, {
         "modality": "text",
         "checkpoint": {"path": ckpt.source, "model_type": ckpt.model_type, "kind": ckpt.kind, "width": int(cfg.n_embd),

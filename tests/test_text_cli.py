@@ -101,6 +101,7 @@ def test_a_fedavg_text_delta_is_recovered_step_by_step(cli, tiny, lines, tmp_pat
     assert doc["kind"] == "delta" and doc["local_steps"] == 2 and [row["step"] for row in doc["lines"]] == [0, 0, 1, 1]
     info = cli.json(cli("inspect", tiny, delta))
     assert info["attacks"]["dager"]["applicable"] is True and info["embeddings_shared"] and info["blocks_shared"] == [0, 1]
+    assert "all 2 local steps" in info["attacks"]["dager"]["limit"] and info["attacks"]["tag"]["applicable"] is False
     # each step searched at the weights replayed from the steps before it: all four lines, word for word
     out = cli.json(cli("reconstruct", "dager", tiny, delta, "-o", tmp_path / "o", "--truth", truth, "--fail-on", "high",
                        expect=1))
