@@ -90,7 +90,7 @@ def run(width: int, layers: int, heads: int, b: int, t: int, seed: int, tokenize
     recorded, meta, batch = {ckpt.param_key(k): v for k, v in cap.tensors.items()}, cap.meta, cap.batch
     params = dict(ckpt.model.named_parameters())
     grads = to_average_gradient(meta, recorded, {k: params[k].detach() for k in recorded})
-    local = LocalRound(local_steps, lr or 0.0, 0.0, 0.0, len(lines), recorded) if local_steps > 1 else None
+    local = LocalRound.of(meta, recorded) if local_steps > 1 else None
     options: dict = {"steps": steps} if steps and attack != "dager" else {}
     if steps_at and attack == "dager":
         options["steps-at"] = steps_at

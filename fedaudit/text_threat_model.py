@@ -13,7 +13,7 @@ from fedaudit.conversion import local_minus_global, optimizer_terms, to_average_
 from fedaudit.errors import InputError
 from fedaudit.io.text_adapter import load_text_model
 from fedaudit.io.text_checkpoint import LORA_PARTS, TextCheckpoint
-from fedaudit.io.update import RecordedUpdate, load_update
+from fedaudit.io.update import RecordedUpdate, UpdateMeta, load_update
 from fedaudit.threat_model import check_update_tensors, with_batch_size
 
 
@@ -29,6 +29,13 @@ class LocalRound:
     weight_decay: float
     examples: int | None
     change: dict[str, torch.Tensor]
+
+    @classmethod
+    def of(cls, meta: UpdateMeta, change: dict[str, torch.Tensor]) -> "LocalRound":
+        """The round a delta's metadata records (its optimiser's momentum and weight decay checked as the gradient
+        conversion checks them), with its ``change``."""
+        momentum, wd = optimizer_terms(meta)
+        return cls(meta.local_steps, float(meta.local_lr or 0.0), momentum, wd, meta.num_examples, change)
 
     def rows(self, weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The change without its weight decay, in float64: what holds the steps' inputs in its rows (weight decay
@@ -112,10 +119,8 @@ def load_text_threat_model(checkpoint_path: str | Path, update_path: str | Path,
         raise InputError(f"{src}: every parameter's update is zero: the client uploaded no change")
     local = None
     if upd.meta.kind != "gradient":
-        momentum, wd = optimizer_terms(upd.meta)
-        change = {k: local_minus_global(upd.meta, v, params[k].detach().to(v.dtype)) for k, v in raw.items()}
-        local = LocalRound(upd.meta.local_steps, float(upd.meta.local_lr or 0.0), momentum, wd, upd.meta.num_examples,
-                           change)
+        local = LocalRound.of(upd.meta, {k: local_minus_global(upd.meta, v, params[k].detach().to(v.dtype))
+                                         for k, v in raw.items()})
     tm = TextThreatModel(ckpt, upd, gradient, local, present, absent, nonfinite)
     if upd.meta.batch_size is None:
         tm.warnings.append("the update does not record fedaudit.batch_size: DAGER cannot tell a consistent search "

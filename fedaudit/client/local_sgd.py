@@ -28,13 +28,20 @@ def client_loss(model: nn.Module, spec: ModelSpec, x: torch.Tensor, y: torch.Ten
         raise InputError(f"the client forward failed: {exc} (try --bn-mode eval)") from None
 
 
+def client_optimizer(model: nn.Module, lr: float, momentum: float = 0.0, weight_decay: float = 0.0) -> torch.optim.SGD:
+    """The client's optimiser: torch's SGD (heavy-ball ``momentum``, no dampening; ``weight_decay``) on the model's
+    trainable parameters. ``sgd_steps`` trains with it; the server's replay of a text round steps with it too
+    (fedaudit/attacks/text/local_replay.py)."""
+    return torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=lr, momentum=momentum,
+                           weight_decay=weight_decay)
+
+
 def sgd_steps(model: nn.Module, losses: Iterable[Callable[[], torch.Tensor]], lr: float, momentum: float = 0.0,
               weight_decay: float = 0.0, before_step: Callable[[int, nn.Module], None] | None = None) -> nn.Module:
     """Train ``model``'s trainable parameters in place, one torch SGD step per loss (each a closure computing the
     step's loss at the current weights); ``before_step(k, model)`` sees the model each step's gradient is taken at.
     Returns the model (its parameters' ``.grad`` hold the last step's gradient)."""
-    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=lr, momentum=momentum,
-                          weight_decay=weight_decay)
+    opt = client_optimizer(model, lr, momentum, weight_decay)
     for k, loss in enumerate(losses):
         if before_step is not None:
             before_step(k, model)

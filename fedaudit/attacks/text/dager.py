@@ -264,6 +264,7 @@ class Dager(Method):
                     # a line used twice in a cycling round, whose two copies differ only by the drift), which puts
                     # its distance past 5e-3; the replay certifies, so the thresholds may widen, once, with the
                     # search's beam kept small (WIDE_BEAM lines per batch line, the best-scoring) for its cost
+                    first = self.tau1, self.tau2
                     self.tau1 = self.tau2 = WIDE_TAU
                     wide = self._peel(ckpt, spans, self._tokens(front, spans[0]) or [], batch_size, local,
                                       beam=min(self.opts["max-beam"], WIDE_BEAM * batch_size))
@@ -271,7 +272,7 @@ class Dager(Method):
                     if extra["widened"]:
                         sequences, scores, extra = wide[0], wide[1], {**wide[2], "widened": True}
                     else:
-                        self.tau1, self.tau2 = self.opts["tau1"] or DELTA_TAU, self.opts["tau2"] or DELTA_TAU
+                        self.tau1, self.tau2 = first
                     diagnostics["tau"] = [self.tau1, self.tau2]
                 diagnostics.update(extra)
             else:
@@ -311,7 +312,7 @@ class Dager(Method):
         cycles over fewer lines than K x B repeats its first batches; the replayed change against the recorded one
         is reported (``replay_residual``)."""
         replay = Replay(ckpt, local)
-        batches = max(1, (local.examples or batch_size * local.steps) // batch_size)
+        batches = (lines_in_round(batch_size, local.steps, local.examples) or batch_size) // batch_size
         taken: dict[tuple[int, ...], tuple[float, int]] = {}
         steps: list[list[list[int]]] = []
         for k in range(local.steps):

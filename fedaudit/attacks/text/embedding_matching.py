@@ -206,7 +206,13 @@ def certify(ckpt: TextCheckpoint, gradients: dict[str, torch.Tensor], sequences:
         return float("inf")
     with torch.enable_grad():
         mine = text_gradient(ckpt, ended_batch(sequences, ckpt.eos_id))
-    shared = [k for k in gradients if k in mine]
-    num = sum(float((mine[k].float() - gradients[k].float()).pow(2).sum()) for k in shared)
-    den = sum(float(gradients[k].float().pow(2).sum()) for k in shared)
+    return relative_residual(mine, gradients)
+
+
+def relative_residual(mine: dict[str, torch.Tensor], recorded: dict[str, torch.Tensor]) -> float:
+    """|mine - recorded| / |recorded| over the tensors both hold (in float64; infinity where they hold nothing):
+    how far a recomputed upload is from the recorded one (``certify``; a delta's replay, local_replay.py)."""
+    shared = [k for k in recorded if k in mine]
+    num = sum(float((mine[k].double() - recorded[k].double()).pow(2).sum()) for k in shared)
+    den = sum(float(recorded[k].double().pow(2).sum()) for k in shared)
     return (num / den) ** 0.5 if den > 0 else float("inf")

@@ -9,6 +9,8 @@ import copy
 
 import torch
 
+from fedaudit.attacks.text.embedding_matching import relative_residual
+from fedaudit.client.local_sgd import client_optimizer
 from fedaudit.io.text_checkpoint import TextCheckpoint
 from fedaudit.text_threat_model import LocalRound
 
@@ -21,8 +23,7 @@ class Replay:
         self.ckpt = ckpt
         self.model = copy.deepcopy(ckpt.model).eval()
         self.start = {n: p.detach().clone() for n, p in self.model.named_parameters() if p.requires_grad}
-        self.opt = torch.optim.SGD([p for p in self.model.parameters() if p.requires_grad], lr=local.lr,
-                                   momentum=local.momentum, weight_decay=local.weight_decay)
+        self.opt = client_optimizer(self.model, local.lr, local.momentum, local.weight_decay)
 
     def step(self, sequences: list[list[int]]) -> None:
         """One local step on ``sequences`` (token ids without their end token); none (nothing recovered) leaves the
@@ -38,9 +39,5 @@ class Replay:
 
     def residual(self, change: dict[str, torch.Tensor]) -> float:
         """|replayed change - recorded change| / |recorded change| over the parameters the update carries."""
-        params = dict(self.model.named_parameters())
-        shared = [k for k in change if k in params and k in self.start]
-        num = sum(float((params[k].detach() - self.start[k] - change[k].to(params[k].dtype)).double().pow(2).sum())
-                  for k in shared)
-        den = sum(float(change[k].double().pow(2).sum()) for k in shared)
-        return (num / den) ** 0.5 if den > 0 else float("inf")
+        moved = {n: p.detach() - self.start[n] for n, p in self.model.named_parameters() if n in self.start}
+        return relative_residual(moved, change)
