@@ -7,6 +7,7 @@
     .venv/bin/python -m benchmarks.text_leakage --width 256 --layers 4 --B 4 --T 16 --lora 64 [--fresh]
     .venv/bin/python -m benchmarks.text_leakage --matching-grid --attack tag [--steps 2500] [--seeds 0,1]
     .venv/bin/python -m benchmarks.text_leakage --fedavg-grid --seeds 0,1 [--double] [--steps-at global]
+    .venv/bin/python -m benchmarks.text_leakage --encoder-grid --seeds 0,1 [--init-range 0.02]
     .venv/bin/python -m benchmarks.text_leakage --table              # docs/results/text.md's table
 
 Text: sentences of 4 to 20 words from the standard library's docstrings (fedaudit/models/text_tiny.py's corpus; the
@@ -20,7 +21,10 @@ B = 0 with ``--fresh``) and uploads only its factors' gradients. TAG and LAMP (`
 ``--steps``; MATCHING_GRID holds a batch DAGER cannot certify (B = 16 on width 64: saturated), where only they read
 anything. FEDAVG_GRID: FedAvg deltas of K local SGD steps on K x B lines (``--double``: the client trains in float64;
 ``--steps-at global``: the reference code's reading); a row also says whether each recovered line's local step is the
-one the client used it in. Rows go to benchmarks/results/text_leakage.jsonl.
+one the client used it in. ENCODER_GRID: BERT-shaped sequence classifiers (3 or more layers), the WordPiece tokenizer
+trained on the same corpus (8,000 entries) and BERT's 30,522 embedding rows, each line labelled 0/1 at random
+(seeded), initializer_range ``--init-range`` (0.1 by default: fedaudit/models/text_tiny.py ``bert`` says why; BERT's
+0.02 shows the random-init limit). Rows go to benchmarks/results/text_leakage.jsonl.
 """
 
 from __future__ import annotations
@@ -40,11 +44,11 @@ from fedaudit.client.text_capture import capture_text_update
 from fedaudit.conversion import to_average_gradient
 from fedaudit.io.text_checkpoint import TextCheckpoint
 from fedaudit.metrics.text import text_scores
-from fedaudit.models.text_tiny import add_lora, corpus, gpt2, train_tokenizer
+from fedaudit.models.text_tiny import add_lora, bert, corpus, gpt2, train_tokenizer, train_wordpiece
 from fedaudit.text_threat_model import LocalRound
 
 OUT = RESULTS / "text_leakage.jsonl"
-GPT2_VOCAB = 50_257
+GPT2_VOCAB, BERT_VOCAB = 50_257, 30_522
 GRID = [  # (width, layers, heads, B, T)
     (64, 2, 2, 1, 16), (64, 2, 2, 4, 16), (256, 4, 4, 4, 32), (256, 4, 4, 16, 16),
     (768, 12, 12, 1, 32), (768, 12, 12, 4, 32), (768, 12, 12, 16, 32), (768, 12, 12, 32, 32),
@@ -62,6 +66,10 @@ FEDAVG_GRID = [  # (width, layers, heads, B, T, K, lr): DAGER on FedAvg deltas o
     (256, 4, 4, 4, 16, 3, 1e-3), (256, 4, 4, 4, 16, 4, 1e-3),
     (768, 12, 12, 4, 32, 2, 1e-3), (768, 12, 12, 4, 32, 4, 1e-3), (768, 12, 12, 4, 32, 4, 1e-4),
 ]
+ENCODER_GRID = [  # (width, layers, heads, B, T): DAGER's encoder variant on BERT-shaped classifiers
+    (128, 3, 2, 4, 16), (256, 4, 4, 4, 16), (256, 4, 4, 8, 16), (768, 12, 12, 4, 32), (768, 12, 12, 8, 32),
+    (768, 12, 12, 16, 32),
+]
 
 
 def sentences() -> list[str]:
@@ -76,14 +84,23 @@ def sentences() -> list[str]:
 
 def run(width: int, layers: int, heads: int, b: int, t: int, seed: int, tokenizer, lora: int = 0,
         fresh: bool = False, attack: str = "dager", steps: int | None = None, local_steps: int = 1,
-        lr: float | None = None, double: bool = False, steps_at: str | None = None) -> dict:
+        lr: float | None = None, double: bool = False, steps_at: str | None = None, init_range: float | None = None
+        ) -> dict:
     """One row: B lines (K x B for a FedAvg delta of K local steps at ``lr``) sampled by ``seed``, captured on a
-    model initialised by ``seed``, attacked, scored against every line of the round."""
-    lines = random.Random(seed).sample(sentences(), b * local_steps)
-    net = gpt2(tokenizer, width, layers, heads, positions=1024, seed=seed, vocab_size=GPT2_VOCAB)
-    if double:  # the client trains in float64 (the reference code's FedAvg runs do): its round-off leaves the delta
-        net = net.double()
-    ckpt = TextCheckpoint(net, tokenizer, "gpt2", "decoder", "benchmark", "")
+    model initialised by ``seed``, attacked, scored against every line of the round. ``init_range``: a BERT-shaped
+    classifier at that initializer_range (the tokenizer a WordPiece one), its lines labelled at random."""
+    rng = random.Random(seed)
+    lines = rng.sample(sentences(), b * local_steps)
+    if init_range is not None:
+        net = bert(tokenizer, width, layers, heads, positions=512, seed=seed, init_range=init_range,
+                   vocab_size=BERT_VOCAB)
+        ckpt = TextCheckpoint(net, tokenizer, "bert", "encoder", "benchmark", "")
+        lines = [f"{rng.randrange(2)}\t{line}" for line in lines]
+    else:
+        net = gpt2(tokenizer, width, layers, heads, positions=1024, seed=seed, vocab_size=GPT2_VOCAB)
+        if double:  # the client trains in float64 (the reference code's FedAvg runs do): its round-off leaves the delta
+            net = net.double()
+        ckpt = TextCheckpoint(net, tokenizer, "gpt2", "decoder", "benchmark", "")
     if lora:
         add_lora(ckpt, r=lora, seed=seed, fresh=fresh)
     cap = capture_text_update(ckpt, lines, b, local_steps, lr, max_length=t)
@@ -98,17 +115,20 @@ def run(width: int, layers: int, heads: int, b: int, t: int, seed: int, tokenize
     t0 = time.perf_counter()
     result = TEXT_ATTACKS.get(attack)(**options).run(ckpt, grads, meta.batch_size, local_steps, local)
     seconds = time.perf_counter() - t0
-    true = [batch.ids[i, : n - 1].tolist() for i, n in enumerate(batch.lengths)]
+    lead = 1 if init_range is not None else 0  # an encoder's [CLS]
+    true = [batch.ids[i, lead: n - 1].tolist() for i, n in enumerate(batch.lengths)]
     scores = text_scores(true, [tokenizer.decode(s) for s in true], result.sequences,
                          [tokenizer.decode(s) for s in result.sequences])
     update = "full" if not lora else f"lora r={lora}" + (" fresh" if fresh else "")
+    if init_range is not None:
+        update += f" BERT init {init_range:g}"
     if local_steps > 1:
         update += f" FedAvg K={local_steps} lr={lr:g}" + (" float64" if double else "")
     # a delta's lines: is each recovered line's local step (DAGER's replay) the step the client used it in?
     where = {tuple(s): int(k) for s, k in zip(true, cap.step.tolist())}
     steps_right = [where.get(tuple(s)) == k for s, k in zip(result.sequences, result.diagnostics.get("local_step") or [])]
     return {"attack": attack, **options, "update": update, "width": width, "layers": layers, "B": b, "T": t, "seed": seed,
-            "visible_tokens": sum(n - 1 for n in batch.lengths), "token_accuracy": scores.token_accuracy,
+            "visible_tokens": sum(n - 1 + lead for n in batch.lengths), "token_accuracy": scores.token_accuracy,
             "rouge1": scores.rouge1, "rouge2": scores.rouge2, "rougeL": scores.rougeL,
             "exact_rate": scores.exact_rate, "recovered": len(result.sequences), "seconds": round(seconds, 2),
             "threads": torch.get_num_threads(), "load": round(os.getloadavg()[0], 2),
@@ -116,7 +136,7 @@ def run(width: int, layers: int, heads: int, b: int, t: int, seed: int, tokenize
             "positions": len(result.diagnostics.get("tokens_per_position") or []),
             **{k: result.diagnostics.get(k) for k in ("ranks", "saturated", "rank_bound_reached", "span_source",
                                                       "objective", "length", "tau", "per_step", "replay_residual",
-                                                      "round_off")},
+                                                      "round_off", "lengths_enumerated", "lengths_searched")},
             "true_steps": cap.step.tolist() if local_steps > 1 else None,
             "local_step": result.diagnostics.get("local_step"),
             "steps_right": sum(steps_right) if local_steps > 1 else None}
@@ -169,6 +189,8 @@ def main(argv=None) -> int:
     ap.add_argument("--fedavg-grid", action="store_true", help="run FEDAVG_GRID")
     ap.add_argument("--double", action="store_true", help="the client trains in float64")
     ap.add_argument("--steps-at", choices=("replay", "global"), help="DAGER's reading of a delta (its default: replay)")
+    ap.add_argument("--encoder-grid", action="store_true", help="run ENCODER_GRID (BERT-shaped classifiers)")
+    ap.add_argument("--init-range", type=float, default=0.1, help="the encoder rows' initializer_range")
     ap.add_argument("--table", action="store_true")
     args = ap.parse_args(argv)
     if args.table:
@@ -180,6 +202,8 @@ def main(argv=None) -> int:
     rounds = [(1, None)]
     if args.fedavg_grid:
         grid = [(*g, 0, False) for g in {r[:5]: None for r in FEDAVG_GRID}]
+    elif args.encoder_grid:
+        grid = [(*g, 0, False) for g in ENCODER_GRID]
     else:
         grid = LORA_GRID if args.lora_grid else [(*g, 0, False) for g in (MATCHING_GRID if args.matching_grid else GRID)]
     if args.width:
@@ -187,7 +211,8 @@ def main(argv=None) -> int:
                  args.lora, args.fresh)]
     if args.local_steps > 1:
         rounds = [(args.local_steps, args.lr)]
-    tokenizer = train_tokenizer(8000)
+    tokenizer = train_wordpiece(8000) if args.encoder_grid else train_tokenizer(8000)
+    init_range = args.init_range if args.encoder_grid else None
     seeds = [int(x) for x in args.seeds.split(",")] if args.seeds else [args.seed]
     for width, layers, heads, b, t, lora, fresh in grid:
         if args.attack == "lamp" and b > 4:
@@ -195,7 +220,8 @@ def main(argv=None) -> int:
         for k, lr in ([r[5:] for r in FEDAVG_GRID if r[:5] == (width, layers, heads, b, t)] if args.fedavg_grid
                       else rounds):
             for seed in seeds:
-                row = run(width, layers, heads, b, t, seed, tokenizer, lora, fresh, args.attack, args.steps, k, lr, args.double, args.steps_at)
+                row = run(width, layers, heads, b, t, seed, tokenizer, lora, fresh, args.attack, args.steps, k, lr,
+                          args.double, args.steps_at, init_range)
                 print(json.dumps(row), file=sys.stderr, flush=True)
                 with OUT.open("a") as f:
                     f.write(json.dumps(row) + "\n")

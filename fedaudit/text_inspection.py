@@ -11,7 +11,7 @@ from fedaudit.inspection import _norm
 from fedaudit.report.types import TextInspectResult, build
 from fedaudit.text_threat_model import TextThreatModel
 
-_BLOCK = re.compile(r"\.h\.(\d+)\.")  # GPT-2's blocks: transformer.h.N.*
+_BLOCK = re.compile(r"\.(?:h|layer)\.(\d+)\.")  # GPT-2's blocks: transformer.h.N.*; BERT's: bert.encoder.layer.N.*
 
 
 def inspect_text_threat_model(tm: TextThreatModel) -> dict[str, Any]:
@@ -28,7 +28,7 @@ def inspect_text_threat_model(tm: TextThreatModel) -> dict[str, Any]:
     embedding_names = [k for k, p in ckpt.model.named_parameters() if p is embedding.weight]
     attacks = {}
     bound = (f"the adapter's rank r = {ckpt.adapter['r']}" if ckpt.adapter is not None
-             else f"the width d = {int(cfg.n_embd)}")
+             else f"the width d = {ckpt.width}")
     for name, cls in TEXT_ATTACKS:
         why = cls.reasons(ckpt, tm.gradient, tm.meta.local_steps)
         limit = f"exact while the batch's visible tokens stay below {bound}"
@@ -38,8 +38,8 @@ def inspect_text_threat_model(tm: TextThreatModel) -> dict[str, Any]:
         attacks[name] = {"applicable": not why, "why_not": why, "limit": limit}
     return build(TextInspectResult, {
         "modality": "text",
-        "checkpoint": {"path": ckpt.source, "model_type": ckpt.model_type, "kind": ckpt.kind, "width": int(cfg.n_embd),
-                       "layers": int(cfg.n_layer), "vocab_size": int(cfg.vocab_size), "sha256": ckpt.sha256,
+        "checkpoint": {"path": ckpt.source, "model_type": ckpt.model_type, "kind": ckpt.kind, "width": ckpt.width,
+                       "layers": ckpt.layers, "vocab_size": int(cfg.vocab_size), "sha256": ckpt.sha256,
                        "adapter": ckpt.adapter},
         "update": {"path": str(tm.update.path), "sha256": tm.update.sha256},
         "kind": tm.meta.kind, "batch_size": tm.meta.batch_size, "local_steps": tm.meta.local_steps,

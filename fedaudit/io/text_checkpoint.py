@@ -19,9 +19,9 @@ from fedaudit.io.checkpoint import load_state_strict
 from fedaudit.io.files import atomic_write_bytes, atomic_write_text, read_safetensors, safetensors_bytes, sha256_file
 from fedaudit.io.hf_folder import ADAPTER, CONFIG, TOKENIZER, WEIGHTS, is_text_checkpoint, read_config
 from fedaudit.models.text_extra import text_extra
+from fedaudit.models.text_families import FAMILIES
 
-# model_type -> (transformers class name, the decoder/encoder kind DAGER's search follows)
-FAMILIES = {"gpt2": ("GPT2LMHeadModel", "decoder")}
+ENCODER_SPECIALS = ("[CLS]", "[SEP]")  # an encoder's lines are [CLS] tokens [SEP] (BERT's single-sentence inputs)
 OUTPUT, EMBEDDING = "lm_head.weight", "transformer.wte.weight"  # GPT-2's output matrix and the embedding it ties to
 PEFT_PREFIX = "base_model.model."  # PEFT's saved adapter names start so
 LORA_PARTS = ("lora_A", "lora_B", "lora_embedding_A", "lora_embedding_B")
@@ -42,7 +42,34 @@ class TextCheckpoint:
 
     @property
     def eos_id(self) -> int:
+        """The token that ends every line: a decoder's end-of-sequence, an encoder's [SEP]."""
+        if self.kind == "encoder":
+            return int(self.tokenizer.token_to_id("[SEP]"))
         return int(self.model.config.eos_token_id)
+
+    @property
+    def cls_id(self) -> int | None:
+        """The token that starts every line of an encoder ([CLS]); None for a decoder."""
+        return int(self.tokenizer.token_to_id("[CLS]")) if self.kind == "encoder" else None
+
+    @property
+    def pad_id(self) -> int:
+        """The token that right-pads a batch: a decoder's end-of-sequence (GPT-2 has no pad), an encoder's pad."""
+        if self.kind == "encoder":
+            return int(self.model.config.pad_token_id or 0)
+        return self.eos_id
+
+    @property
+    def width(self) -> int:
+        return int(self.model.config.hidden_size)
+
+    @property
+    def layers(self) -> int:
+        return int(self.model.config.num_hidden_layers)
+
+    @property
+    def positions(self) -> int:
+        return int(self.model.config.max_position_embeddings)
 
     def update_key(self, name: str) -> str:
         """The name a client's upload uses for the model's parameter ``name``: itself, or for an adapter's tensor
@@ -99,11 +126,11 @@ def load_text_checkpoint(path: str | Path) -> TextCheckpoint:
     from tokenizers import Tokenizer
 
     state, _ = read_safetensors(folder / WEIGHTS, "language-model weights")
-    cls_name, kind = FAMILIES[config["model_type"]]
+    family = FAMILIES[config["model_type"]]
     try:
         hf_config = transformers.AutoConfig.for_model(**config)
         with torch.device("cpu"):
-            model = getattr(transformers, cls_name)(hf_config)
+            model = getattr(transformers, family.cls_name)(hf_config)
     except (TypeError, ValueError) as exc:
         raise InputError(f"{folder / CONFIG}: cannot build the model ({exc})") from None
     if hf_config.tie_word_embeddings and OUTPUT not in state and EMBEDDING in state:
@@ -118,7 +145,13 @@ def load_text_checkpoint(path: str | Path) -> TextCheckpoint:
     if tokenizer.get_vocab_size() > rows:
         raise InputError(f"{folder / TOKENIZER}: its vocabulary has {tokenizer.get_vocab_size()} tokens, the model's "
                          f"embedding {rows} rows (a tokenizer of another model?)")
-    return TextCheckpoint(model, tokenizer, config["model_type"], kind, str(folder), sha256_file(folder / WEIGHTS))
+    if family.kind == "encoder":
+        missing = [t for t in ENCODER_SPECIALS if tokenizer.token_to_id(t) is None]
+        if missing:
+            raise InputError(f"{folder / TOKENIZER}: an encoder's tokenizer needs {' and '.join(ENCODER_SPECIALS)} "
+                             f"(its lines are [CLS] tokens [SEP]); this one lacks {', '.join(missing)}")
+    return TextCheckpoint(model, tokenizer, config["model_type"], family.kind, str(folder),
+                          sha256_file(folder / WEIGHTS))
 
 
 def save_text_checkpoint(path: str | Path, model: Any, tokenizer: Any) -> Path:

@@ -22,19 +22,23 @@ class TextTruth:
     lines: list[str]  # the client's lines as given (before tokenisation)
     step: torch.Tensor  # int64 [N]: the local step each sequence was used in first
     update_sha256: str | None = None
+    lead: int = 0  # framing tokens before each line's text: an encoder's [CLS] (1), none for a decoder
+    labels: torch.Tensor | None = None  # int64 [N]: an encoder's class labels
 
     def sequences(self) -> list[list[int]]:
-        """Each line's token ids as the update can show them: padding removed, and the end-of-sequence token the
-        capture appends left out (the last position of next-token training has no gradient: invisible by design,
-        and not part of the client's text)."""
-        return [row[m.bool()].tolist()[:-1] for row, m in zip(self.ids, self.mask)]
+        """Each line's token ids as the attacks return them: padding removed, and the framing the capture adds left
+        out (a decoder's end-of-sequence token, whose position next-token training leaves without gradient; an
+        encoder's [CLS] and [SEP]): the client's text."""
+        return [row[m.bool()].tolist()[self.lead:-1] for row, m in zip(self.ids, self.mask)]
 
 
 def save_text_truth(path: str | Path, truth: TextTruth) -> Path:
     meta = encode({"schema_version": SCHEMA_VERSION, "file": FILE, "update_sha256": truth.update_sha256,
-                   "lines": truth.lines})
-    return write_safetensors(path, {"input_ids": truth.ids.long(), "attention_mask": truth.mask.long(),
-                                    "step": truth.step.long()}, meta)
+                   "lines": truth.lines, "lead": truth.lead or None})  # a decoder's truth: no framing, no key
+    tensors = {"input_ids": truth.ids.long(), "attention_mask": truth.mask.long(), "step": truth.step.long()}
+    if truth.labels is not None:
+        tensors["labels"] = truth.labels.long()
+    return write_safetensors(path, tensors, meta)
 
 
 def load_text_truth(path: str | Path) -> TextTruth:
@@ -58,4 +62,9 @@ def load_text_truth(path: str | Path) -> TextTruth:
     lines = meta.json("lines", default=None, kind=list)
     if lines is None or len(lines) != n:
         raise InputError(f"{src}: metadata 'lines' must list the {n} lines")
-    return TextTruth(ids.long(), mask.long(), [str(s) for s in lines], step.long(), meta.str("update_sha256"))
+    lead = meta.int("lead", default=0, minimum=0, maximum=ids.shape[1] - 1)
+    labels = tensors.get("labels")
+    if labels is not None and (labels.is_floating_point() or tuple(labels.shape) != (n,)):
+        raise InputError(f"{src}: 'labels' must be a vector of {n} integers")
+    return TextTruth(ids.long(), mask.long(), [str(s) for s in lines], step.long(), meta.str("update_sha256"), lead,
+                     None if labels is None else labels.long())

@@ -54,7 +54,9 @@ class TextCaptureJob:
         save_update(output, cap.tensors, cap.meta)
         update_sha = sha256_file(output)
         if truth is not None:
-            save_text_truth(truth, TextTruth(cap.batch.ids, cap.batch.mask, lines, cap.step, update_sha))
+            lead = 0 if ckpt.cls_id is None else 1  # an encoder's [CLS] before each line's text
+            save_text_truth(truth, TextTruth(cap.batch.ids, cap.batch.mask, lines, cap.step, update_sha, lead,
+                                             cap.batch.labels))
         return build(TextCaptureSummary, {
             "modality": "text", "update": str(output), "sha256": update_sha, "truth": str(truth) if truth else None,
             "kind": cap.meta.kind, "batch_size": self.batch_size, "local_steps": self.local_steps,

@@ -112,7 +112,7 @@ class TextReconstructJob:
     def _model(tm: TextThreatModel) -> dict[str, Any]:
         cfg = tm.checkpoint.model.config
         return {"path": tm.checkpoint.source, "model_type": tm.checkpoint.model_type, "kind": tm.checkpoint.kind,
-                "width": int(cfg.n_embd), "layers": int(cfg.n_layer), "vocab_size": int(cfg.vocab_size),
+                "width": tm.checkpoint.width, "layers": tm.checkpoint.layers, "vocab_size": int(cfg.vocab_size),
                 "sha256": tm.checkpoint.sha256, "adapter": tm.checkpoint.adapter}
 
     @staticmethod

@@ -1,6 +1,7 @@
-"""Small language models built offline, for tests, samples and benchmarks: a byte-level BPE tokenizer trained by
-``tokenizers`` on text that ships with Python (the standard library's docstrings), and GPT-2-shaped decoders at random
-init built from a ``transformers`` config (nothing downloaded)."""
+"""Small language models built offline, for tests, samples and benchmarks: tokenizers trained by ``tokenizers`` on
+text that ships with Python (the standard library's docstrings; byte-level BPE for GPT-2, WordPiece for BERT), and
+GPT-2-shaped decoders and BERT-shaped classifiers at random init built from ``transformers`` configs (nothing
+downloaded)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import torch
 from fedaudit.models.text_extra import text_extra
 
 EOS = "<|endoftext|>"
+BERT_SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")  # BERT's, first (ids 0-4; [PAD] = 0)
 # standard-library modules whose docstrings train the tokenizer (present on every Python fedaudit supports)
 CORPUS_MODULES = ("argparse", "collections", "dataclasses", "functools", "inspect", "itertools", "json", "logging",
                   "os", "pathlib", "re", "shutil", "string", "subprocess", "textwrap", "typing", "unittest", "zipfile")
@@ -46,6 +48,39 @@ def train_tokenizer(vocab_size: int = 2000, extra: list[str] | None = None) -> A
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator(sorted(set(corpus() + (extra or []))), trainer)
     return tok
+
+
+def train_wordpiece(vocab_size: int = 2000) -> Any:
+    """A lower-casing WordPiece tokenizer (BERT's scheme) of ``vocab_size`` entries, BERT_SPECIALS first. It adds no
+    special tokens itself: the client frames each line as [CLS] tokens [SEP] (fedaudit/client/text_capture.py)."""
+    text_extra()
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece()
+    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=list(BERT_SPECIALS), show_progress=False)
+    tok.train_from_iterator(sorted(set(corpus())), trainer)
+    return tok
+
+
+def bert(tokenizer: Any, width: int = 64, layers: int = 3, heads: int = 2, positions: int = 64, labels: int = 2,
+         seed: int = 0, init_range: float = 0.1, vocab_size: int | None = None) -> torch.nn.Module:
+    """A BERT sequence classifier at random init (seeded) for ``tokenizer``'s vocabulary (``vocab_size`` embedding
+    rows where given, e.g. BERT's 30,522), in eval mode.
+
+    ``init_range`` is the config's initializer_range (BERT's default 0.02): at 0.02 a random-init encoder barely
+    mixes its tokens (block 1's input moves by about 1e-3 of its length when another token of the line changes, the
+    size of float32's round-off in the gradient's weak directions), unlike a trained one; 0.1 mixes them as trained
+    models do (a changed token moves it by 1e-2 to 1e-1), so tests exercise what a trained model shows."""
+    transformers = text_extra()
+    config = transformers.BertConfig(vocab_size=vocab_size or tokenizer.get_vocab_size(), hidden_size=width, num_hidden_layers=layers,
+                                     num_attention_heads=heads, intermediate_size=4 * width,
+                                     max_position_embeddings=positions, num_labels=labels,
+                                     pad_token_id=tokenizer.token_to_id("[PAD]"), initializer_range=init_range)
+    torch.manual_seed(seed)
+    return transformers.BertForSequenceClassification(config).eval()
 
 
 def gpt2(tokenizer: Any, width: int = 64, layers: int = 2, heads: int = 2, positions: int = 64, seed: int = 0,

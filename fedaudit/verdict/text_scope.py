@@ -38,7 +38,7 @@ def what_it_reveals(tm: TextThreatModel, diagnostics: dict[str, Any], certified:
                          "line can be certified; optimisation attacks (fedaudit reconstruct tag, lamp) read such "
                          "slices approximately, so this is no evidence of safety.")
     else:
-        d = bounds[0] if bounds else int(ckpt.model.config.n_embd)
+        d = bounds[0] if bounds else ckpt.width
         lines.append(f"Full update: {len(tm.present)} of {len(tm.present) + len(tm.absent)} parameters shared"
                      + (", the embeddings among them." if any("wte" in k for k in tm.present) else "."))
         lines.append(f"What it reveals: blocks 0 and 1's attention-input gradients show up to d = {d} directions of "

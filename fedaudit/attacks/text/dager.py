@@ -1,4 +1,4 @@
-"""DAGER (Petrov et al., NeurIPS 2024): exact recovery of a batch of text from a decoder's FedSGD gradient.
+"""DAGER (Petrov et al., NeurIPS 2024): exact recovery of a batch of text from a language model's gradient.
 
 A linear layer's weight gradient is ``sum_i delta_i x_i^T``, so its rows lie in the span of the layer's inputs
 ``x_i`` (one per visible token position); while the batch has fewer visible positions than the model's width ``d``
@@ -26,6 +26,9 @@ at the global weights too, with this module's rank);
 fedaudit searches the steps one by one, each at the weights replayed from the lines recovered for the steps before it
 (``_peel``), and certifies the lines only where replaying the whole round on them reproduces the delta. The delta's
 rank is read against its round-off (``noise_rank``), not a fall. docs/text.md, "DAGER on FedAvg deltas".
+
+Encoders (BERT classifiers): step 1 as above with BERT's input (token types too), step 2 on whole lines, one length at
+a time (fedaudit/attacks/text/dager_encoder.py; docs/text.md, "DAGER on encoders").
 """
 
 from __future__ import annotations
@@ -35,12 +38,14 @@ from typing import Any
 
 import torch
 
+from fedaudit.attacks.text.dager_encoder import EncoderFront, EncoderSearch
 from fedaudit.attacks.text.local_replay import Replay
 from fedaudit.attacks.text.registry import TEXT_ATTACKS
 from fedaudit.attacks.text.result import TextResult
 from fedaudit.errors import NotApplicable
 from fedaudit.io.text_checkpoint import TextCheckpoint
 from fedaudit.methods import Method, MethodOption
+from fedaudit.models.text_families import FAMILIES, attention_modules
 from fedaudit.text_threat_model import LocalRound, lines_in_round
 
 GAP = 1e3  # the drop between consecutive singular values that marks the gradient's rank (see span_basis)
@@ -126,35 +131,44 @@ def _sources(gradients: dict[str, torch.Tensor], module: str) -> dict[str, str]:
     return {k: v for k, v in found.items() if v} if all(found.values()) else {}
 
 
+def _shown(ckpt: TextCheckpoint, gradients: dict[str, torch.Tensor], layer: int) -> list[dict[str, str]]:
+    """What block ``layer``'s attention-input modules show of its inputs (fedaudit/models/text_families.py), each
+    module's gradients by role, the modules the update withholds left out."""
+    return [src for m in attention_modules(ckpt.model_type, layer) if (src := _sources(gradients, m))]
+
+
 def input_span(ckpt: TextCheckpoint, gradients: dict[str, torch.Tensor], layer: int, rank_tol: float | None,
                change: dict[str, torch.Tensor] | None = None, steps: int = 1, recorded: torch.dtype = torch.float32
                ) -> InputSpan:
-    """Block ``layer``'s attention-input span. Full fine-tuning: the rows of the weight's gradient (GPT-2's Conv1D
-    stores in x out: transposed), or of a delta's change (its weight decay taken out: ``LocalRound.rows``), its rank read
-    against the round-off (``noise_rank``; ``recorded``: the recorded tensors' dtype). A LoRA
-    adapter (W + s B A): grad A = s B^T sum_i delta_i x_i^T has its rows in the inputs' span, at most r of them; a fresh
-    adapter (B = 0) has grad A = 0, and grad B = s sum_i delta_i (A x_i)^T shows the inputs through A, so candidates
-    are mapped by A before the check (the spec's reading of the paper's LoRA variant; the reference code's B path is
-    unclear). docs/text.md."""
-    module = f"transformer.h.{layer}.attn.c_attn"
-    src = _sources(gradients, module)
-    if "weight" in src:
-        key = src["weight"]
+    """Block ``layer``'s attention-input span. Full fine-tuning: the rows of the weights' gradients (GPT-2's Conv1D
+    stores in x out: transposed; BERT's query, key and value stacked, as they share the input), or of a delta's change
+    (its weight decay taken out: ``LocalRound.rows``), its rank read against the round-off (``noise_rank``;
+    ``recorded``: the recorded tensors' dtype). A LoRA adapter (W + s B A): grad A = s B^T sum_i delta_i x_i^T has its
+    rows in the inputs' span, at most r of them (stacked over the adapted modules: their r's summed); a fresh adapter
+    (B = 0) has grad A = 0, and grad B = s sum_i delta_i (A x_i)^T shows the inputs through A, so candidates are
+    mapped by A before the check (the spec's reading of the paper's LoRA variant; the reference code's B path is
+    unclear; the first adapted module's). docs/text.md."""
+    shown = _shown(ckpt, gradients, layer)
+    flip = FAMILIES[ckpt.model_type].transposed
+    keys = [src["weight"] for src in shown if "weight" in src]
+    if keys:
+        rows = change if change is not None else gradients
+        g = torch.cat([rows[k].T if flip else rows[k] for k in keys])
         if change is not None and rank_tol is None:
-            weight = dict(ckpt.model.named_parameters())[key]
-            basis, rank, floor = noise_rank(change[key].T, weight.T, steps, recorded)
-            return InputSpan(basis, rank, int(weight.shape[0]), "weight", round_off=floor)
-        g = (change if change is not None else gradients)[key].T
+            params = dict(ckpt.model.named_parameters())
+            weight = torch.cat([params[k].T if flip else params[k] for k in keys])
+            basis, rank, floor = noise_rank(g, weight, steps, recorded)
+            return InputSpan(basis, rank, int(g.shape[1]), "weight", round_off=floor)
         basis, rank = span_basis(g, rank_tol)
         return InputSpan(basis, rank, int(g.shape[1]), "weight")
-    grad_a, grad_b = gradients[src["lora_A"]], gradients[src["lora_B"]]
-    r = int(grad_a.shape[0])
-    if bool(grad_a.any()):
-        basis, rank = span_basis(grad_a, rank_tol)
-        return InputSpan(basis, rank, r, "lora_A")
-    a = dict(ckpt.model.named_parameters())[src["lora_A"]].detach().to(torch.float64)
-    basis, rank = span_basis(grad_b, rank_tol)
-    return InputSpan(basis, rank, r, "lora_B", down=a)
+    grads_a = [gradients[src["lora_A"]] for src in shown]
+    if all(bool(a.any()) for a in grads_a):
+        basis, rank = span_basis(torch.cat(grads_a), rank_tol)
+        return InputSpan(basis, rank, sum(int(a.shape[0]) for a in grads_a), "lora_A")
+    first = shown[0]
+    a = dict(ckpt.model.named_parameters())[first["lora_A"]].detach().to(torch.float64)
+    basis, rank = span_basis(gradients[first["lora_B"]], rank_tol)
+    return InputSpan(basis, rank, int(a.shape[0]), "lora_B", down=a)
 
 
 @dataclass
@@ -176,7 +190,7 @@ class Front:
 @TEXT_ATTACKS.register
 class Dager(Method):
     name = "dager"
-    summary = "exact batch recovery from a decoder's first attention layers (span checks of tokens, then sequences)"
+    summary = "exact batch recovery from a language model's first attention layers (span checks of tokens, then lines)"
     paper = "Petrov et al., DAGER: Exact Gradient Inversion for Large Language Models, NeurIPS 2024"
     options = (
         MethodOption("rank-tol", float, 0.0, "relative singular-value tolerance of the gradients' rank (0: where the "
@@ -193,6 +207,11 @@ class Dager(Method):
         MethodOption("max-beam", int, 20_000, "the most partial sequences step 2 carries (the best-scoring kept)",
                      positive=True),
         MethodOption("chunk", int, 1024, "sequences per forward of block 0", positive=True),
+        MethodOption("max-candidates", int, 100_000, "an encoder's lines of one length enumerated whole at most; "
+                     "beyond, the length is searched by coordinate descent (the reference code samples 1e7)",
+                     positive=True),
+        MethodOption("restarts", int, 8, "an encoder's coordinate-descent starts per search (the first from each "
+                     "position's best token, the others random, seeded)", positive=True),
     )
 
     def __init__(self, **opts):
@@ -202,15 +221,22 @@ class Dager(Method):
     @staticmethod
     def reasons(ckpt: TextCheckpoint, gradients: dict[str, torch.Tensor], local_steps: int = 1) -> list[str]:
         reasons = []
-        if ckpt.kind != "decoder":
-            reasons.append(f"the {ckpt.model_type} search is not implemented (decoders only)")
+        if ckpt.kind == "encoder" and ckpt.layers < 3:
+            # measured (tests/test_text_encoder.py): a 2-layer classifier's block 1 is its last, which reads only
+            # [CLS]: its gradient holds a few combinations of each line's inputs, not the inputs themselves
+            reasons.append(f"the encoder has {ckpt.layers} layer(s): block 1's gradient shows its inputs only where a "
+                           "later layer reads every position (3 layers or more; in the last, only [CLS] is read)")
         for layer in (0, 1):
-            module = f"transformer.h.{layer}.attn.c_attn"
-            if not _sources(gradients, module):
-                where = ("a LoRA adapter on it, which the adapter does not have" if ckpt.adapter is not None
+            if not _shown(ckpt, gradients, layer):
+                modules = " / ".join(f"{m}.weight" for m in attention_modules(ckpt.model_type, layer))
+                where = ("a LoRA adapter on one, which the adapter does not have" if ckpt.adapter is not None
                          else "which the update withholds")
-                reasons.append(f"needs block {layer}'s attention-input gradient ({module}.weight, or {where})")
-        if local_steps != 1 and ckpt.adapter is not None:
+                reasons.append(f"needs block {layer}'s attention-input gradient ({modules}, or {where})")
+        if local_steps != 1 and ckpt.kind == "encoder":
+            reasons.append(f"an encoder's delta of {local_steps} local steps is not covered: its steps are searched "
+                           "at replayed weights, and replaying a classifier's round needs its labels, which the "
+                           "update does not carry (a decoder's next-token loss needs none)")
+        elif local_steps != 1 and ckpt.adapter is not None:
             reasons.append(f"a LoRA adapter's delta of {local_steps} local steps is not covered (the paper's LoRA "
                            "variant reads one gradient; the adapter's factors move each other between steps)")
         return reasons
@@ -228,7 +254,7 @@ class Dager(Method):
         tol = self.opts["rank-tol"] or None
         self.tau1 = self.opts["tau1"] or (DELTA_TAU if multi else TAU1)
         self.tau2 = self.opts["tau2"] or (DELTA_TAU if multi else TAU2)
-        width = int(ckpt.model.transformer.wte.weight.shape[1])
+        width = ckpt.width
         rows = local.rows(dict(ckpt.model.named_parameters())) if multi and local else None
         recorded = next(iter(local.change.values())).dtype if multi and local and local.change else torch.float32
         spans = [input_span(ckpt, gradients, layer, tol, rows, local_steps, recorded) for layer in (0, 1)]
@@ -244,6 +270,8 @@ class Dager(Method):
                                          "tokens_per_position": [], "complete_sequences": 0})
         if diagnostics["rank_bound_reached"]:
             return empty
+        if ckpt.kind == "encoder":
+            return self._encoder(ckpt, spans, batch_size, diagnostics, empty)
         with torch.no_grad():
             # where a span holds (nearly) every candidate, as at a full rank (LayerNorm's outputs span d - 1
             # directions when its bias is 0), the check tells nothing apart; the regime is all or nothing (a few
@@ -301,6 +329,32 @@ class Dager(Method):
             [scores[i] for i in order],
             {**diagnostics, "consistent": consistent, "tokens_per_position": per_position,
              "complete_sequences": len(sequences)})
+
+    def _encoder(self, ckpt: TextCheckpoint, spans: list[InputSpan], batch_size: int | None, diagnostics: dict,
+                 empty: TextResult) -> TextResult:
+        """An encoder's search (fedaudit/attacks/text/dager_encoder.py): its lines are exact where every position
+        passes block 1's check, and certified while the batch holds no more exact lines than B."""
+        o = self.opts
+        search = EncoderSearch(self.tau1, self.tau2, o["max-candidates"], o["restarts"], o["chunk"])
+        cls, sep, pad = ckpt.cls_id, ckpt.eos_id, ckpt.pad_id
+        assert cls is not None
+        with torch.no_grad():
+            front = EncoderFront.of(ckpt.model)
+            found = None if search.holds_anything(front, spans[1], cls, sep) else \
+                search.tokens(front, spans[0], cls, sep, pad)
+            if found is None:
+                empty.diagnostics["saturated"] = True
+                return empty
+            lines, scores, exact, extra = search.lines(front, spans[1], found, batch_size, cls, sep)
+        order = sorted(range(len(lines)), key=lambda i: (not exact[i], scores[i]))
+        consistent = batch_size is None or sum(exact) <= batch_size
+        if batch_size:
+            order = order[:max(batch_size, sum(exact))]
+        per_position = [len(set(t for k in p.values() for t in k)) for p in found.tokens[1:]]
+        return TextResult([lines[i] for i in order], [consistent and exact[i] for i in order],
+                          [scores[i] for i in order],
+                          {**diagnostics, **extra, "saturated": False, "consistent": consistent,
+                           "tokens_per_position": per_position, "complete_sequences": len(lines)})
 
     def _peel(self, ckpt: TextCheckpoint, spans: list[InputSpan], tokens: list[list[int]], batch_size: int,
               local: LocalRound, beam: int | None = None) -> tuple[list[list[int]], list[float], dict]:

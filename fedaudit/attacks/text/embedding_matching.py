@@ -43,7 +43,7 @@ LOSSES = ("tag", "cos", "l2")
 
 def sequence_length(ckpt: TextCheckpoint, gradients: dict[str, torch.Tensor], given: int = 0) -> tuple[int, str]:
     """The dummy's length T and where it came from (module docstring); NotApplicable where it cannot be read."""
-    limit = int(ckpt.model.config.n_positions)
+    limit = ckpt.positions
     if given:
         if given < 2 or given > limit:
             raise NotApplicable(f"--length {given} is outside 2..{limit} (the model's positions)")
@@ -202,7 +202,7 @@ def certify(ckpt: TextCheckpoint, gradients: dict[str, torch.Tensor], sequences:
     gradient; infinity where a line is empty or longer than the model's positions."""
     from fedaudit.client.text_capture import ended_batch, text_gradient  # the client's loss, recomputed by the server
 
-    if not sequences or any(not s for s in sequences) or max(map(len, sequences)) >= int(ckpt.model.config.n_positions):
+    if not sequences or any(not s for s in sequences) or max(map(len, sequences)) >= ckpt.positions:
         return float("inf")
     with torch.enable_grad():
         mine = text_gradient(ckpt, ended_batch(sequences, ckpt.eos_id))

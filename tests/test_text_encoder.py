@@ -1,0 +1,133 @@
+"""DAGER's encoder variant on BERT-shaped classifiers: labelled lines captured as [CLS] tokens [SEP], recovered exactly
+through the CLI; what it cannot read (a 2-layer classifier, a delta) said, and bad classifier input refused with one
+line and exit 2 (issue 68)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+pytest.importorskip("rouge_score")
+
+from fedaudit.attacks.text import TEXT_ATTACKS  # noqa: E402
+from fedaudit.attacks.text.dager import input_span  # noqa: E402
+from fedaudit.client.text_capture import capture_text_update  # noqa: E402
+from fedaudit.io.text_checkpoint import load_text_checkpoint, save_text_checkpoint  # noqa: E402
+from fedaudit.models.text_tiny import bert, train_wordpiece  # noqa: E402
+
+from .helpers import TEXT_LINES  # noqa: E402
+
+LABELLED = [f"{i % 2}\t{line}" for i, line in enumerate(TEXT_LINES)]
+
+
+@pytest.fixture(scope="module")
+def wordpiece():
+    return train_wordpiece(2000)
+
+
+@pytest.fixture(scope="module")
+def encoder(wordpiece, tmp_path_factory):
+    """A BERT classifier folder (width 64, 3 layers, random init)."""
+    return save_text_checkpoint(tmp_path_factory.mktemp("bert") / "tiny", bert(wordpiece, width=64), wordpiece)
+
+
+@pytest.fixture(scope="module")
+def labelled(tmp_path_factory):
+    path = tmp_path_factory.mktemp("text") / "labelled.txt"
+    path.write_text("\n".join(LABELLED) + "\n")
+    return path
+
+
+def test_a_labelled_batch_of_four_is_recovered_exactly_from_an_encoder(cli, encoder, labelled, tmp_path):
+    update, truth = tmp_path / "u.safetensors", tmp_path / "t.safetensors"
+    cap = cli.json(cli("capture", encoder, labelled, "-o", update, "-b", 4, "--max-length", 10, "--truth-out", truth))
+    assert cap["kind"] == "gradient" and all(line["tokens"] == 10 for line in cap["lines"])  # [CLS] 8 tokens [SEP]
+    doc = cli.json(cli("reconstruct", "dager", encoder, update, "-o", tmp_path / "out", "--truth", truth,
+                       "--fail-on", "high", expect=1))
+    assert doc["certified"] == 4 and doc["metrics"]["exact_rate"] == 1.0 and doc["risk_band"] == "very_high"
+    # every recovered line starts a client line (lower-cased by the tokenizer, cut to 8 tokens)
+    assert all(any(line.lower().startswith(s) for line in TEXT_LINES) for s in doc["sequences"])
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["model"]["kind"] == "encoder" and report["diagnostics"]["line_ends"] == [[9, 0]]
+    # without the truth, the certificate is the verdict
+    doc = cli.json(cli("reconstruct", "dager", encoder, update, "-o", tmp_path / "o2", "--fail-on", "high", expect=1))
+    assert doc["risk_band_estimated"] == "very_high"
+    info = cli.json(cli("inspect", encoder, update))
+    assert info["checkpoint"]["kind"] == "encoder" and info["blocks_shared"] == [0, 1, 2]
+    assert info["attacks"]["dager"]["applicable"] and not info["attacks"]["tag"]["applicable"]
+
+
+def test_lines_of_different_lengths_and_shared_tokens_are_each_found(wordpiece):
+    """Lines end at different positions (each end a [SEP] that passes step 1), and two lines share tokens at the same
+    positions: the search keeps every token open (the reference code's non-overlap filter would lose one)."""
+    from fedaudit.io.text_checkpoint import TextCheckpoint
+
+    ckpt = TextCheckpoint(bert(wordpiece, width=96, seed=1), wordpiece, "bert", "encoder", "test", "")
+    lines = ["1\tReturn the value of the key.", "0\tReturn the value of the path.", "1\tOpen a file.",
+             "0\tRaise an error when the path does not exist."]
+    cap = capture_text_update(ckpt, lines, 4, max_length=16)
+    truth = [cap.batch.ids[i, 1: n - 1].tolist() for i, n in enumerate(cap.batch.lengths)]
+    result = TEXT_ATTACKS.get("dager")().run(ckpt, cap.tensors, 4)
+    assert sorted(result.sequences) == sorted(truth) and all(result.exact)
+    ends = sorted({n - 1 for n in cap.batch.lengths})
+    assert [e for e, _ in result.diagnostics["line_ends"] if e in ends] == ends
+
+
+def test_an_encoders_span_stacks_query_key_and_value(wordpiece):
+    """Query, key and value share a block's input, and their gradients' rows are stacked: in a 2-layer classifier
+    block 1 is the last layer, whose query serves only [CLS], so the query's rows alone hold fewer directions; and
+    even the stack holds only combinations of each line's inputs there, so DAGER says it cannot apply."""
+    from fedaudit.io.text_checkpoint import TextCheckpoint
+
+    ckpt = TextCheckpoint(bert(wordpiece, width=64, layers=2), wordpiece, "bert", "encoder", "test", "")
+    cap = capture_text_update(ckpt, LABELLED[:2], 2, max_length=8)
+    stacked = input_span(ckpt, cap.tensors, 1, None)
+    query = input_span(ckpt, {k: v for k, v in cap.tensors.items() if ".query." in k}, 1, None)
+    assert query.rank < stacked.rank  # the last layer's query reads [CLS] only
+    reasons = TEXT_ATTACKS.get("dager").reasons(ckpt, cap.tensors)
+    assert any("2 layer" in r for r in reasons)
+
+
+def test_what_the_encoder_search_cannot_read_says_why(cli, wordpiece, encoder, labelled, tmp_path):
+    two = save_text_checkpoint(tmp_path / "two", bert(wordpiece, width=64, layers=2), wordpiece)
+    cli("capture", two, labelled, "-o", tmp_path / "g.safetensors", "-b", 4, "--max-length", 10)
+    r = cli("reconstruct", "dager", two, tmp_path / "g.safetensors", "-o", tmp_path / "o", expect=2)
+    assert r.stderr.count("\n") == 1 and "not applicable" in r.stderr and "layer" in r.stderr
+    cli("capture", encoder, labelled, "-o", tmp_path / "d.safetensors", "-b", 2, "-k", 2, "--lr", 0.01,
+        "--max-length", 10)
+    r = cli("reconstruct", "dager", encoder, tmp_path / "d.safetensors", "-o", tmp_path / "o", expect=2)
+    assert r.stderr.count("\n") == 1 and "labels" in r.stderr
+
+
+@pytest.mark.parametrize("text, says", [("Return the value.\n", "LABEL<TAB>TEXT"), ("7\tReturn the value.\n", "label 7"),
+                                        ("x\tReturn the value.\n", "LABEL<TAB>TEXT")])
+def test_a_classifiers_lines_without_a_valid_label_are_refused_with_one_line(cli, encoder, tmp_path, text, says):
+    path = tmp_path / "bad.txt"
+    path.write_text(text)
+    r = cli("capture", encoder, path, "-o", tmp_path / "u.safetensors", "-b", 1, expect=2)
+    assert r.stderr.count("\n") == 1 and says in r.stderr and not (tmp_path / "u.safetensors").exists()
+
+
+def test_an_encoder_tokenizer_without_cls_and_sep_is_refused(cli, wordpiece, tmp_path):
+    from fedaudit.models.text_tiny import train_tokenizer
+
+    bpe = train_tokenizer(500)
+    folder = save_text_checkpoint(tmp_path / "m", bert(wordpiece, width=32), bpe)
+    r = cli("inspect", folder, tmp_path / "none.safetensors", expect=2)
+    assert r.stderr.count("\n") == 1 and "[CLS]" in r.stderr and "lacks" in r.stderr
+
+
+def test_an_encoder_checkpoint_round_trips_and_its_truth_drops_the_framing(wordpiece, encoder, labelled, tmp_path):
+    from fedaudit.io.text_truth import load_text_truth
+    from fedaudit.jobs.text_capture import TextCaptureJob
+
+    ckpt = load_text_checkpoint(encoder)
+    assert ckpt.kind == "encoder" and ckpt.cls_id == wordpiece.token_to_id("[CLS]") and ckpt.pad_id == 0
+    TextCaptureJob(encoder, labelled, 4, max_length=10).run_to(tmp_path / "u.safetensors", tmp_path / "t.safetensors")
+    truth = load_text_truth(tmp_path / "t.safetensors")
+    assert truth.lead == 1 and truth.labels.tolist() == [0, 1, 0, 1]
+    assert all(ckpt.cls_id not in s and ckpt.eos_id not in s and len(s) == 8 for s in truth.sequences())
+    assert torch.equal(truth.ids[:, 0], torch.full((4,), ckpt.cls_id))
