@@ -95,14 +95,17 @@ def gpt2(tokenizer: Any, width: int = 64, layers: int = 2, heads: int = 2, posit
     return transformers.GPT2LMHeadModel(config).eval()
 
 
-def add_lora(ckpt: Any, r: int = 16, alpha: float | None = None, targets: tuple[str, ...] = ("c_attn",),
+def add_lora(ckpt: Any, r: int = 16, alpha: float | None = None, targets: tuple[str, ...] | None = None,
              seed: int = 0, fresh: bool = False) -> dict[str, Any]:
     """Inject a LoRA adapter into ``ckpt``'s model with ``peft`` (in place) and return its adapter_config.json fields.
-    Its A is PEFT's initialisation; its B is N(0, 0.02) (a fine-tuned adapter), or zero with ``fresh`` (a new one)."""
+    Its A is PEFT's initialisation; its B is N(0, 0.02) (a fine-tuned adapter), or zero with ``fresh`` (a new one).
+    ``targets``: GPT-2's c_attn, or BERT's query, key and value, by default."""
     import peft
 
-    config: dict[str, Any] = {"r": r, "lora_alpha": alpha or r, "target_modules": list(targets), "fan_in_fan_out": True,
-              "lora_dropout": 0.0, "bias": "none"}
+    encoder = ckpt.kind == "encoder"
+    targets = targets or (("query", "key", "value") if encoder else ("c_attn",))
+    config: dict[str, Any] = {"r": r, "lora_alpha": alpha or r, "target_modules": list(targets),
+                              "fan_in_fan_out": not encoder, "lora_dropout": 0.0, "bias": "none"}
     torch.manual_seed(seed)
     ckpt.model = peft.inject_adapter_in_model(peft.LoraConfig(**config), ckpt.model, adapter_name="default").eval()
     ckpt.adapter = {"name": "default"}

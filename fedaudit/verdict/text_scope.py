@@ -29,12 +29,16 @@ def what_it_reveals(tm: TextThreatModel, diagnostics: dict[str, Any], certified:
         modules = ", ".join(_short(m) for m in adapter["target_modules"])
         lines.append(f"LoRA-only update: rank-{r} adapters (scaling {adapter['scaling']:g}) on {modules}. Not shared: "
                      "the base model's weights, its embeddings and every frozen layer's gradient.")
-        lines.append(f"What the adapters reveal: blocks 0 and 1's attention-input adapters show at most r = {r} "
+        most = bounds[0] if bounds else r  # r, or r on each adapted module that takes the inputs (stacked)
+        each = f"r = {r}" if most == r else f"{most} (r = {r} on each of the adapted modules that share the input)"
+        visible = "each line's tokens" if ckpt.kind == "encoder" else "each line's tokens but its last"
+        lines.append(f"What the adapters reveal: blocks 0 and 1's attention-input adapters show at most {each} "
                      f"directions of their layers' inputs{_here(ranks)}; DAGER recovers a batch "
-                     f"exactly while it has fewer than {r} visible tokens (each line's tokens but its last).")
+                     f"exactly while it has fewer than {most} visible tokens ({visible}).")
         if diagnostics.get("rank_bound_reached"):
-            lines.append(f"This batch reaches the bound (rank {r} of {r}: at least {r} visible tokens): the adapters "
-                         f"carry only a rank-{r} slice of what its tokens produced, which holds none of them, so no "
+            m = bounds[0] if bounds else r
+            lines.append(f"This batch reaches the bound (rank {m} of {m}: at least {m} visible tokens): the adapters "
+                         f"carry only a rank-{m} slice of what its tokens produced, which holds none of them, so no "
                          "line can be certified; optimisation attacks (fedaudit reconstruct tag, lamp) read such "
                          "slices approximately, so this is no evidence of safety.")
     else:
