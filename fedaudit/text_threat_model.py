@@ -14,6 +14,7 @@ from fedaudit.errors import InputError
 from fedaudit.io.text_adapter import load_text_model
 from fedaudit.io.text_checkpoint import LORA_PARTS, TextCheckpoint
 from fedaudit.io.update import RecordedUpdate, UpdateMeta, load_update
+from fedaudit.models.text_families import FAMILIES
 from fedaudit.threat_model import check_update_tensors, with_batch_size
 
 
@@ -78,6 +79,17 @@ class TextThreatModel:
         """How many distinct lines the update can hold: B, or a delta's K batches of B (fewer where the round
         cycles over its ``num_examples`` lines); None without the batch size."""
         return lines_in_round(self.batch_size, self.meta.local_steps, self.meta.num_examples)
+
+
+def shown_length(ckpt: TextCheckpoint, gradients: dict[str, torch.Tensor]) -> int | None:
+    """The batch's padded length as the position embedding's gradient shows it: its last non-zero row plus one for
+    an encoder (every position of a classifier's line has a gradient), plus two for a decoder (the last position
+    predicts nothing and has none of its own); None where that gradient is withheld or zero."""
+    g = gradients.get(FAMILIES[ckpt.model_type].positions)
+    rows = torch.nonzero(g.abs().sum(dim=1) > 0).flatten() if g is not None else None
+    if rows is None or not len(rows):
+        return None
+    return min(int(rows.max()) + (1 if ckpt.kind == "encoder" else 2), ckpt.positions)
 
 
 def lines_in_round(batch_size: int | None, steps: int, examples: int | None) -> int | None:

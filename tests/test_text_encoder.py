@@ -15,6 +15,7 @@ pytest.importorskip("rouge_score")
 from fedaudit.attacks.text import TEXT_ATTACKS  # noqa: E402
 from fedaudit.attacks.text.dager import input_span  # noqa: E402
 from fedaudit.client.text_capture import capture_text_update  # noqa: E402
+from fedaudit.errors import NotApplicable  # noqa: E402
 from fedaudit.io.text_checkpoint import load_text_checkpoint, save_text_checkpoint  # noqa: E402
 from fedaudit.models.text_tiny import bert, train_wordpiece  # noqa: E402
 
@@ -57,7 +58,7 @@ def test_a_labelled_batch_of_four_is_recovered_exactly_from_an_encoder(cli, enco
     assert doc["risk_band_estimated"] == "very_high"
     info = cli.json(cli("inspect", encoder, update))
     assert info["checkpoint"]["kind"] == "encoder" and info["blocks_shared"] == [0, 1, 2]
-    assert info["attacks"]["dager"]["applicable"] and not info["attacks"]["tag"]["applicable"]
+    assert info["attacks"]["dager"]["applicable"] and info["attacks"]["tag"]["applicable"]
 
 
 def test_lines_of_different_lengths_and_shared_tokens_are_each_found(wordpiece):
@@ -100,6 +101,15 @@ def test_what_the_encoder_search_cannot_read_says_why(cli, wordpiece, encoder, l
         "--max-length", 10)
     r = cli("reconstruct", "dager", encoder, tmp_path / "d.safetensors", "-o", tmp_path / "o", expect=2)
     assert r.stderr.count("\n") == 1 and "labels" in r.stderr
+    # TAG counts a classifier's labels from its bias gradient: an update without it cannot be matched
+    from fedaudit.io.update import load_update, save_update
+
+    cli("capture", encoder, labelled, "-o", tmp_path / "g.safetensors", "-b", 4, "--max-length", 10, "--force")
+    upd = load_update(tmp_path / "g.safetensors")
+    save_update(tmp_path / "nobias.safetensors", {k: v for k, v in upd.tensors.items() if k != "classifier.bias"},
+                upd.meta)
+    r = cli("reconstruct", "tag", encoder, tmp_path / "nobias.safetensors", "-o", tmp_path / "o", expect=2)
+    assert r.stderr.count("\n") == 1 and "classifier.bias" in r.stderr
 
 
 @pytest.mark.parametrize("text, says", [("Return the value.\n", "LABEL<TAB>TEXT"), ("7\tReturn the value.\n", "label 7"),
@@ -155,3 +165,38 @@ def test_an_encoders_lora_update_is_read_through_its_stacked_adapters(cli, wordp
     assert "LoRA-only update" in reveals
     assert (f"r = {r} on each" in reveals) is (not fresh)
     assert ("reaches the bound" in reveals) is (not recovered)
+
+
+def test_tag_reads_a_classifiers_line_with_counted_labels_and_certifies_it(wordpiece):
+    """TAG on a BERT classifier: [CLS]/[SEP] pinned, the label counted from the classifier's bias gradient; one line
+    of 8 tokens is read exactly in 200 steps (120 sufficed here) and the recovered line reproduces the update (certified). Two labelled
+    lines: both labels counted right."""
+    from fedaudit.io.text_checkpoint import TextCheckpoint
+    from fedaudit.labels.text_classes import classifier_classes
+
+    ckpt = TextCheckpoint(bert(wordpiece, width=64), wordpiece, "bert", "encoder", "test", "")
+    cap = capture_text_update(ckpt, LABELLED[:1], 1, max_length=10)
+    classes, _ = classifier_classes(ckpt, cap.tensors, 1)
+    assert classes.tolist() == [0]
+    torch.manual_seed(0)
+    result = TEXT_ATTACKS.get("tag")(steps=200).run(ckpt, cap.tensors, 1, labels=classes)
+    assert result.sequences == [cap.batch.ids[0, 1:-1].tolist()] and result.exact == [True]
+    assert result.diagnostics["length"] == 8 and "[0]" in result.diagnostics["labels"]
+    cap = capture_text_update(ckpt, LABELLED[:4], 4, max_length=10)
+    classes, raw = classifier_classes(ckpt, cap.tensors, 4)
+    assert classes.tolist() == [0, 0, 1, 1] and all(abs(r - 2) < 0.5 for r in raw)
+    with pytest.raises(NotApplicable, match="labels"):  # the attack does not count them itself
+        TEXT_ATTACKS.get("tag")(steps=1).run(ckpt, cap.tensors, 4)
+
+
+def test_tag_through_the_cli_counts_a_classifiers_label_itself(cli, encoder, tmp_path):
+    """The job counts the classifier's labels from the update (the attack sees only what it is given) and TAG's
+    recovered line reproduces the update: certified, the estimated band very high without the truth."""
+    (tmp_path / "one.txt").write_text(LABELLED[1] + "\n")
+    cli("capture", encoder, tmp_path / "one.txt", "-o", tmp_path / "u.safetensors", "-b", 1, "--max-length", 10)
+    doc = cli.json(cli("reconstruct", "tag", encoder, tmp_path / "u.safetensors", "-o", tmp_path / "o", "--steps",
+                       200, "--fail-on", "high", expect=None))
+    report = json.loads((tmp_path / "o" / "report.json").read_text())
+    assert "[1]" in report["diagnostics"]["labels"]  # line 2 is labelled 1
+    assert doc["certified"] == 1 and doc["risk_band_estimated"] == "very_high"
+    assert TEXT_LINES[1].lower().startswith(doc["sequences"][0])

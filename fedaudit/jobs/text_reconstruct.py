@@ -17,6 +17,7 @@ from fedaudit.io import files
 from fedaudit.io.text_truth import TextTruth, load_text_truth
 from fedaudit.io.truth import check_truth
 from fedaudit.jobs.gate import gate_on
+from fedaudit.labels.text_classes import classifier_classes
 from fedaudit.metrics.text import text_scores
 from fedaudit.metrics.text_risk import estimated_text_band, measured_text_band
 from fedaudit.progress import Heartbeat
@@ -61,7 +62,8 @@ class TextReconstructJob:
                             {"attack": self.attack, **self.options, "gate": self.gate}, self.session.seed)
         t0 = time.perf_counter()
         with Heartbeat(f"reconstruct {self.attack}", self.session.quiet, self.session.progress):
-            result = attack.run(tm.checkpoint, tm.gradient, tm.batch_size, tm.meta.local_steps, tm.local)
+            result = attack.run(tm.checkpoint, tm.gradient, tm.batch_size, tm.meta.local_steps, tm.local,
+                                labels=self._labels(tm, attack))
         record["timings"]["attack"] = round(time.perf_counter() - t0, 4)
         tok = tm.checkpoint.tokenizer
         sequences = [RecoveredSequence(i, tok.decode(s), s, bool(c), float(sc))
@@ -94,6 +96,15 @@ class TextReconstructJob:
         outdir.write_text("report.html", render_text_html(report))
         outdir.commit()
         return report
+
+    @staticmethod
+    def _labels(tm: TextThreatModel, attack: Any) -> torch.Tensor | None:
+        """A classifier's batch labels for the attacks that use them (``uses_labels``: TAG, LAMP), counted from its
+        bias gradient (fedaudit/labels/text_classes.py); None for a decoder or without the batch size."""
+        if tm.checkpoint.kind != "encoder" or not attack.uses_labels or not tm.batch_size:
+            return None
+        classes, _ = classifier_classes(tm.checkpoint, tm.gradient, tm.batch_size)
+        return classes
 
     @staticmethod
     def _measure(truth: TextTruth, sequences: list[RecoveredSequence], tok) -> TextMeasured:

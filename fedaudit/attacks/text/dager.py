@@ -192,6 +192,7 @@ class Dager(Method):
     name = "dager"
     summary = "exact batch recovery from a language model's first attention layers (span checks of tokens, then lines)"
     paper = "Petrov et al., DAGER: Exact Gradient Inversion for Large Language Models, NeurIPS 2024"
+    uses_labels = False  # the span checks do not depend on them
     options = (
         MethodOption("rank-tol", float, 0.0, "relative singular-value tolerance of the gradients' rank (0: where the "
                      "singular values fall by more than 1000x at once, or for a delta above its round-off; the "
@@ -242,9 +243,10 @@ class Dager(Method):
         return reasons
 
     def run(self, ckpt: TextCheckpoint, gradients: dict[str, torch.Tensor], batch_size: int | None,
-            local_steps: int = 1, local: LocalRound | None = None) -> TextResult:
+            local_steps: int = 1, local: LocalRound | None = None, labels: torch.Tensor | None = None) -> TextResult:
         """``local``: a delta's local round (its change, learning rate, ...), which a delta of ``local_steps`` > 1
-        needs: its steps are searched one by one at the replayed weights."""
+        needs: its steps are searched one by one at the replayed weights. ``labels`` (a classifier's) are not used:
+        the span checks do not depend on them."""
         if why := self.reasons(ckpt, gradients, local_steps):
             raise NotApplicable("; ".join(why))
         multi = local_steps > 1

@@ -18,6 +18,13 @@ Choices the papers leave open, made here and documented:
   length (``--length`` overrides it; an update that withholds that gradient, e.g. LoRA-only, needs it). Every dummy
   line is T long: lines shorter than T (padded by the client) are not modelled (the LAMP code assumes the lengths
   known; a server does not).
+* **Encoders (BERT classifiers).** A dummy line is ``[CLS] x_1 .. x_{T-2} [SEP]``: the framing tokens' embeddings are
+  pinned and only the content is optimised (the LAMP code pins them likewise); the token types are 0, as the client's.
+  The labels are the lines' classes, given by the job (counted from the classifier's bias gradient by the bias-count
+  rule: fedaudit/labels/text_classes.py) and held fixed; the LAMP code feeds the true labels, which a server does
+  not have. Read-back
+  skips the special tokens. All T positions of a classifier's line have a gradient, so T is the last non-zero row
+  of the position embedding's gradient plus one.
 * **Scale.** Variables are in units of the embedding matrix's standard deviation (x = sigma u, u ~ N(0, 1) at the
   start), so one learning rate serves models whose embeddings are 0.02 (GPT-2) or 0.05 (BERT) per entry; the papers'
   rates are for BERT's raw scale.
@@ -35,9 +42,10 @@ import torch.nn.functional as F
 
 from fedaudit.errors import NotApplicable
 from fedaudit.io.text_checkpoint import TextCheckpoint
+from fedaudit.models.text_families import FAMILIES
 from fedaudit.progress import advance
+from fedaudit.text_threat_model import shown_length
 
-POSITIONS = "transformer.wpe.weight"
 LOSSES = ("tag", "cos", "l2")
 
 
@@ -48,14 +56,14 @@ def sequence_length(ckpt: TextCheckpoint, gradients: dict[str, torch.Tensor], gi
         if given < 2 or given > limit:
             raise NotApplicable(f"--length {given} is outside 2..{limit} (the model's positions)")
         return given, "--length"
-    g = gradients.get(POSITIONS)
-    if g is None:
+    positions = FAMILIES[ckpt.model_type].positions
+    if positions not in gradients:
         raise NotApplicable(f"needs the sequence length: the update withholds the position embedding's gradient "
-                            f"({POSITIONS}); give --length T")
-    rows = torch.nonzero(g.abs().sum(dim=1) > 0).flatten()
-    if not len(rows):
-        raise NotApplicable(f"needs the sequence length: the position embedding's gradient ({POSITIONS}) is zero")
-    return min(int(rows.max()) + 2, limit), "the position embedding's gradient"
+                            f"({positions}); give --length T")
+    length = shown_length(ckpt, gradients)
+    if length is None:
+        raise NotApplicable(f"needs the sequence length: the position embedding's gradient ({positions}) is zero")
+    return length, "the position embedding's gradient"
 
 
 NOTHING_TO_MATCH = "the update shares no gradient besides the input embeddings'"
@@ -82,12 +90,19 @@ class MatchingProblem:
     sigma: float  # the embedding matrix's standard deviation: the unit of the variables
     rho: float  # the mean norm of the embedding's rows (LAMP's norm prior)
     excluded: list[str]
+    classes: torch.Tensor | None = None  # an encoder's: each dummy line's class (fixed); None for a decoder
+    frame: tuple[torch.Tensor, torch.Tensor] | None = None  # an encoder's pinned [CLS] and [SEP] embeddings
+    specials: tuple[int, ...] = ()  # token ids read-back skips (an encoder's special tokens)
 
     @classmethod
     def build(cls, ckpt: TextCheckpoint, gradients: dict[str, torch.Tensor], batch_size: int | None,
-              length: int) -> MatchingProblem:
+              length: int, classes: torch.Tensor | None = None) -> MatchingProblem:
+        """``classes``: an encoder's batch labels, one per line (the job counts them)."""
         if not batch_size:
             raise NotApplicable("needs the batch size (the update's fedaudit.batch_size, or --batch-size)")
+        if ckpt.kind == "encoder" and (classes is None or len(classes) != batch_size):
+            raise NotApplicable("needs the batch's labels (fedaudit reconstruct counts them from the classifier's "
+                                "bias gradient)")
         model = ckpt.model.eval()
         # the fused attention kernels have no second derivative; the eager path computes the same attention
         model.set_attn_implementation("eager")
@@ -97,17 +112,41 @@ class MatchingProblem:
         if not pairs:
             raise NotApplicable(NOTHING_TO_MATCH)
         e = embedding.detach().float()
-        return cls(model, [n for n, _ in pairs], [p for _, p in pairs],
-                   [gradients[n].detach().float() for n, _ in pairs], int(batch_size), length, e,
-                   float(e.std()), float(e.norm(dim=1).mean()), excluded)
+        problem = cls(model, [n for n, _ in pairs], [p for _, p in pairs],
+                      [gradients[n].detach().float() for n, _ in pairs], int(batch_size), length, e,
+                      float(e.std()), float(e.norm(dim=1).mean()), excluded)
+        if ckpt.kind == "encoder":  # the content between the pinned [CLS] and [SEP] is optimised
+            assert classes is not None and ckpt.cls_id is not None
+            problem.length = length - 2
+            problem.classes = classes.long()
+            problem.frame = (e[ckpt.cls_id], e[ckpt.eos_id])
+            others = {ckpt.tokenizer.token_to_id(t) for t in ("[UNK]", "[MASK]")}
+            problem.specials = tuple(sorted({ckpt.cls_id, ckpt.eos_id, ckpt.pad_id}
+                                            | {i for i in others if i is not None}))
+        return problem
 
-    def gradient(self, u: torch.Tensor, labels: torch.Tensor, create_graph: bool) -> tuple[torch.Tensor, ...]:
+    def gradient(self, u: torch.Tensor, labels: torch.Tensor, create_graph: bool, rows: list[int] | None = None
+                 ) -> tuple[torch.Tensor, ...]:
         """The dummy's gradient of the mean next-token cross-entropy (soft labels ``softmax(labels)``) over ``u``'s
         rows, as the client's loss is a mean over the batch's predicted tokens. For a subset of the batch's lines
-        the result is scaled to that subset's share of the whole batch's gradient (``len(u) / batch_size``)."""
+        the result is scaled to that subset's share of the whole batch's gradient (``len(u) / batch_size``). An
+        encoder's: the classes' cross-entropy of the framed lines (``labels`` unused: the classes are fixed), ``rows``
+        their lines' indices in the batch (0..len(u)-1 by default)."""
+        if self.classes is not None:
+            return self._encoder_gradient(u, create_graph, rows)
         logits = self.model(inputs_embeds=self.sigma * u).logits
         target = torch.softmax(labels[:, 1:], dim=-1)
         loss = -(target * torch.log_softmax(logits[:, :-1], dim=-1)).sum(-1).mean() * (len(u) / self.batch_size)
+        return torch.autograd.grad(loss, self.params, create_graph=create_graph)
+
+    def _encoder_gradient(self, u: torch.Tensor, create_graph: bool, rows: list[int] | None) -> tuple[torch.Tensor, ...]:
+        assert self.classes is not None and self.frame is not None
+        n, d = u.shape[0], u.shape[-1]
+        cls, sep = (v.expand(n, 1, d) for v in self.frame)
+        x = torch.cat([cls, self.sigma * u, sep], dim=1)
+        classes = self.classes[rows if rows is not None else list(range(n))]
+        logits = self.model(inputs_embeds=x, token_type_ids=torch.zeros(x.shape[:2], dtype=torch.long)).logits
+        loss = F.cross_entropy(logits, classes) * (n / self.batch_size)
         return torch.autograd.grad(loss, self.params, create_graph=create_graph)
 
     def distance(self, grads, kind: str, l1: float) -> torch.Tensor:
@@ -125,12 +164,17 @@ class MatchingProblem:
     def nearest_tokens(self, u: torch.Tensor) -> torch.Tensor:
         """Each position's vocabulary entry nearest by cosine (B x T ids)."""
         x = F.normalize(u.detach().float(), dim=-1)
-        return (x @ F.normalize(self.embedding, dim=-1).T).argmax(-1)
+        sim = x @ F.normalize(self.embedding, dim=-1).T
+        if self.specials:
+            sim[..., list(self.specials)] = -float("inf")
+        return sim.argmax(-1)
 
     def start(self, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """An N(0, 1) batch (in units of sigma) and uniform labels."""
+        """An N(0, 1) batch (in units of sigma) and uniform labels (an encoder's are its fixed classes: an empty
+        per-position label variable)."""
         u = torch.randn(self.batch_size, self.length, self.embedding.shape[1], generator=generator)
-        return u, torch.zeros(self.batch_size, self.length, self.embedding.shape[0])
+        vocab = 0 if self.classes is not None else self.embedding.shape[0]
+        return u, torch.zeros(self.batch_size, self.length, vocab)
 
 
 @dataclass
@@ -187,6 +231,8 @@ def read_back(problem: MatchingProblem, u: torch.Tensor, labels: torch.Tensor, e
     labels are not used to cut a line short: mid-line they put the end token where no line ends (on the sample at
     600 steps, two of four lines were cut early and ROUGE-1 fell)."""
     ids = problem.nearest_tokens(u)
+    if problem.classes is not None:  # an encoder's content, framing left out: nothing to cut
+        return ids.tolist()
     ids[:, -1] = labels[:, -1].argmax(-1)
     return [row[: row.index(eos)] if eos in row else row for row in ids.tolist()]
 
@@ -194,18 +240,22 @@ def read_back(problem: MatchingProblem, u: torch.Tensor, labels: torch.Tensor, e
 CERTIFY_RESIDUAL = 1e-4  # float32 recomputation of the same batch lands near 1e-6; a token off moves it by far more
 
 
-def certify(ckpt: TextCheckpoint, gradients: dict[str, torch.Tensor], sequences: list[list[int]]) -> float:
+def certify(ckpt: TextCheckpoint, gradients: dict[str, torch.Tensor], sequences: list[list[int]],
+            classes: torch.Tensor | None = None) -> float:
     """The relative distance between the update and the gradient of the recovered lines captured as the client
     captures (each line ended with the end token, padded with it, masked), over every shared tensor, the
     embeddings' included. Below CERTIFY_RESIDUAL the recovered batch reproduces the update: it is the client's batch
     (or one no gradient can tell from it), which certifies every line, as DAGER's checks certify its lines. One
-    gradient; infinity where a line is empty or longer than the model's positions."""
+    gradient; infinity where a line is empty or longer than the model's positions. An encoder's lines are framed
+    [CLS] .. [SEP] and labelled ``classes``."""
     from fedaudit.client.text_capture import ended_batch, text_gradient  # the client's loss, recomputed by the server
 
-    if not sequences or any(not s for s in sequences) or max(map(len, sequences)) >= ckpt.positions:
+    framing = 1 if classes is None else 2
+    if not sequences or any(not s for s in sequences) or max(map(len, sequences)) + framing > ckpt.positions:
         return float("inf")
     with torch.enable_grad():
-        mine = text_gradient(ckpt, ended_batch(sequences, ckpt.eos_id))
+        mine = text_gradient(ckpt, ended_batch(sequences, ckpt.eos_id, start=ckpt.cls_id, pad=ckpt.pad_id,
+                                               labels=classes))
     return relative_residual(mine, gradients)
 
 

@@ -20,7 +20,9 @@ The prior. The authors use a GPT-2-shaped LM trained on WikiText-103 with the ta
 downloads nothing. ``--prior model`` (the default) scores with the audited checkpoint's own language-model head,
 which shares its tokenizer: a pretrained checkpoint is a real prior, and a random-init one is near-uniform, so its
 scores barely differ between orderings and the moves fall back on the distance (the paper's ablation without a
-prior). ``--prior none`` drops it. No special tokens are pinned: a decoder's lines have none (BERT's [CLS]/[SEP] are).
+prior). ``--prior none`` drops it. An encoder (a BERT classifier) has no language-model head: its moves use no prior.
+A decoder's lines have no special tokens to pin; an encoder's [CLS] and [SEP] are pinned (the moves reorder the
+content between them).
 LAMP is approximate: its lines are certified only where the recovered batch reproduces the update.
 """
 
@@ -104,7 +106,12 @@ class Lamp(MatchingAttack):
 
         best = optimise(problem, u, labels, steps=o["steps"], lr=o["lr"], loss=o["loss"], l1=o["l1"],
                         norm_weight=o["norm-weight"], lr_decay=o["lr-decay"], between=between)
-        return best, {"prior": o["prior"], "discrete_rounds": moves["rounds"], "lines_moved": moves["moved"]}
+        return best, {"prior": self._prior(problem), "discrete_rounds": moves["rounds"], "lines_moved": moves["moved"]}
+
+    def _prior(self, problem: MatchingProblem) -> str:
+        """The prior in use: ``--prior``, but none for an encoder (a classifier has no language-model head; the
+        authors' prior is a separate LM, downloaded)."""
+        return "none" if problem.classes is not None else self.opts["prior"]
 
     def _score(self, problem: MatchingProblem, u: torch.Tensor, labels: torch.Tensor) -> float:
         with torch.enable_grad():
@@ -132,15 +139,15 @@ class Lamp(MatchingAttack):
         with torch.enable_grad():
             for s in range(problem.batch_size):
                 whole = problem.gradient(u, labels, False)
-                own = problem.gradient(u[s:s + 1], labels[s:s + 1], False)
+                own = problem.gradient(u[s:s + 1], labels[s:s + 1], False, rows=[s])
                 rest = [w - g for w, g in zip(whole, own)]
                 perms = reorderings(problem.length, o["swap-candidates"], torch.Generator().manual_seed(
                     int(torch.randint(2**31 - 1, (1,)))))
                 scores = []
                 for p in perms:
-                    g = problem.gradient(u[s:s + 1, p], labels[s:s + 1, p], False)
+                    g = problem.gradient(u[s:s + 1, p], labels[s:s + 1, p], False, rows=[s])
                     scores.append(float(problem.distance([r + x for r, x in zip(rest, g)], o["loss"], o["l1"])))
-                if o["prior"] == "model" and o["prior-weight"]:
+                if self._prior(problem) == "model" and o["prior-weight"]:
                     ids = problem.nearest_tokens(u[s])[torch.tensor(perms)]
                     scores = [a + o["prior-weight"] * b for a, b in zip(scores, _perplexity(problem.model, ids))]
                 best = min(range(len(perms)), key=lambda i: (scores[i], i))

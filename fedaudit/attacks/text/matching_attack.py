@@ -20,6 +20,7 @@ from fedaudit.attacks.text.result import TextResult
 from fedaudit.errors import NotApplicable
 from fedaudit.io.text_checkpoint import TextCheckpoint
 from fedaudit.methods import Method, MethodOption
+from fedaudit.models.text_families import FAMILIES
 from fedaudit.text_threat_model import LocalRound
 
 LENGTH = MethodOption("length", int, 0, "the dummy lines' length T (0: from the position embedding's gradient, the "
@@ -27,7 +28,9 @@ LENGTH = MethodOption("length", int, 0, "the dummy lines' length T (0: from the 
 
 
 class MatchingAttack(Method):
-    """A gradient-matching attack on a decoder's input embeddings."""
+    """A gradient-matching attack on a language model's input embeddings (a decoder's or a BERT classifier's)."""
+
+    uses_labels = True  # a classifier's batch labels (the job counts them)
 
     def __init__(self, **opts):
         self.opts = self.parse_options(opts)
@@ -36,8 +39,12 @@ class MatchingAttack(Method):
     def reasons(ckpt: TextCheckpoint, gradients: dict[str, torch.Tensor], local_steps: int = 1) -> list[str]:
         """Why gradient matching on embeddings cannot run on this update."""
         reasons = []
-        if ckpt.kind != "decoder":
-            reasons.append(f"the {ckpt.model_type} loss is not implemented (decoders' next-token loss only)")
+        head = FAMILIES[ckpt.model_type].head_bias
+        if head is not None and head not in gradients:
+            reasons.append(f"needs the classifier's bias gradient ({head}) to count the batch's labels (the bias-count "
+                           "rule); the update withholds it")
+        if ckpt.kind == "encoder" and ckpt.adapter is not None:
+            reasons.append("a LoRA-only update of a classifier does not carry its bias gradient (the labels' count)")
         if not matched_parameters(ckpt.model, gradients):
             reasons.append(NOTHING_TO_MATCH)
         if local_steps != 1:
@@ -49,19 +56,21 @@ class MatchingAttack(Method):
         raise NotImplementedError
 
     def run(self, ckpt: TextCheckpoint, gradients: dict[str, torch.Tensor], batch_size: int | None,
-            local_steps: int = 1, local: LocalRound | None = None) -> TextResult:
+            local_steps: int = 1, local: LocalRound | None = None, labels: torch.Tensor | None = None) -> TextResult:
+        """``labels``: a classifier's batch labels, one per line (the job counts them: fedaudit/labels/text_classes.py)."""
         if why := self.reasons(ckpt, gradients, local_steps):
             raise NotApplicable("; ".join(why))
         length, length_from = sequence_length(ckpt, gradients, self.opts["length"])
-        problem = MatchingProblem.build(ckpt, gradients, batch_size, length)
+        problem = MatchingProblem.build(ckpt, gradients, batch_size, length, labels)
         best, extra = self.match(problem)
         sequences = read_back(problem, best.u, best.labels, ckpt.eos_id)
         # every line certified where the recovered batch reproduces the update (embedding_matching.certify)
-        residual = certify(ckpt, gradients, sequences)
+        residual = certify(ckpt, gradients, sequences, problem.classes)
         exact = residual < CERTIFY_RESIDUAL
         return TextResult(sequences, [exact] * len(sequences), [best.objective] * len(sequences), {
             "length": problem.length, "length_from": length_from, "steps": best.steps, "objective": best.objective,
             "interrupted": best.interrupted, "matched_tensors": len(problem.names), "excluded": problem.excluded,
-            "labels": "optimised jointly (next-token labels are the unknown tokens)",
+            "labels": "optimised jointly (next-token labels are the unknown tokens)" if problem.classes is None else
+                      f"given (counted from the classifier's bias gradient): {problem.classes.tolist()}",
             "objective_history": best.history[:: max(1, len(best.history) // 50)], **extra,
             "reproduces_update": exact, "recovered_batch_residual": residual, "certifies": exact})
