@@ -8,6 +8,7 @@
     .venv/bin/python -m benchmarks.text_leakage --matching-grid --attack tag [--steps 2500] [--seeds 0,1]
     .venv/bin/python -m benchmarks.text_leakage --fedavg-grid --seeds 0,1 [--double] [--steps-at global]
     .venv/bin/python -m benchmarks.text_leakage --encoder-grid --seeds 0,1 [--init-range 0.02]
+    .venv/bin/python -m benchmarks.text_leakage --encoder-grid --attack tag --steps 1000 --seeds 0,1
     .venv/bin/python -m benchmarks.text_leakage --table              # docs/results/text.md's table
 
 Text: sentences of 4 to 20 words from the standard library's docstrings (fedaudit/models/text_tiny.py's corpus; the
@@ -24,7 +25,9 @@ anything. FEDAVG_GRID: FedAvg deltas of K local SGD steps on K x B lines (``--do
 one the client used it in. ENCODER_GRID: BERT-shaped sequence classifiers (3 or more layers), the WordPiece tokenizer
 trained on the same corpus (8,000 entries) and BERT's 30,522 embedding rows, each line labelled 0/1 at random
 (seeded), initializer_range ``--init-range`` (0.1 by default: fedaudit/models/text_tiny.py ``bert`` says why; BERT's
-0.02 shows the random-init limit). Rows go to benchmarks/results/text_leakage.jsonl.
+0.02 shows the random-init limit); with ``--attack tag|lamp`` ENCODER_MATCHING_GRID, the labels counted as
+``fedaudit reconstruct`` counts them (fedaudit/labels/text_classes.py). Rows go to
+benchmarks/results/text_leakage.jsonl.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from fedaudit.attacks.text import TEXT_ATTACKS
 from fedaudit.client.text_capture import capture_text_update
 from fedaudit.conversion import to_average_gradient
 from fedaudit.io.text_checkpoint import TextCheckpoint
+from fedaudit.labels.text_classes import classifier_classes
 from fedaudit.metrics.text import text_scores
 from fedaudit.models.text_tiny import add_lora, bert, corpus, gpt2, train_tokenizer, train_wordpiece
 from fedaudit.text_threat_model import LocalRound
@@ -69,6 +73,9 @@ FEDAVG_GRID = [  # (width, layers, heads, B, T, K, lr): DAGER on FedAvg deltas o
 ENCODER_GRID = [  # (width, layers, heads, B, T): DAGER's encoder variant on BERT-shaped classifiers
     (128, 3, 2, 4, 16), (256, 4, 4, 4, 16), (256, 4, 4, 8, 16), (768, 12, 12, 4, 32), (768, 12, 12, 8, 32),
     (768, 12, 12, 16, 32),
+]
+ENCODER_MATCHING_GRID = [  # (width, layers, heads, B, T): TAG/LAMP on TinyBERT4's shape (312 wide, 4 layers, 12 heads)
+    (312, 4, 12, 1, 16), (312, 4, 12, 4, 16),
 ]
 
 
@@ -111,9 +118,12 @@ def run(width: int, layers: int, heads: int, b: int, t: int, seed: int, tokenize
     options: dict = {"steps": steps} if steps and attack != "dager" else {}
     if steps_at and attack == "dager":
         options["steps-at"] = steps_at
+    classes = None
+    if init_range is not None and attack != "dager":  # the job's label count (fedaudit/jobs/text_reconstruct.py)
+        classes, _ = classifier_classes(ckpt, grads, b)
     torch.manual_seed(seed)
     t0 = time.perf_counter()
-    result = TEXT_ATTACKS.get(attack)(**options).run(ckpt, grads, meta.batch_size, local_steps, local)
+    result = TEXT_ATTACKS.get(attack)(**options).run(ckpt, grads, meta.batch_size, local_steps, local, labels=classes)
     seconds = time.perf_counter() - t0
     lead = 1 if init_range is not None else 0  # an encoder's [CLS]
     true = [batch.ids[i, lead: n - 1].tolist() for i, n in enumerate(batch.lengths)]
@@ -139,7 +149,9 @@ def run(width: int, layers: int, heads: int, b: int, t: int, seed: int, tokenize
                                                       "round_off", "lengths_enumerated", "lengths_searched")},
             "true_steps": cap.step.tolist() if local_steps > 1 else None,
             "local_step": result.diagnostics.get("local_step"),
-            "steps_right": sum(steps_right) if local_steps > 1 else None}
+            "steps_right": sum(steps_right) if local_steps > 1 else None,
+            "labels_right": None if classes is None or batch.labels is None
+            else sorted(classes.tolist()) == sorted(batch.labels.tolist())}
 
 
 def table(rows: list[dict]) -> str:
@@ -203,7 +215,7 @@ def main(argv=None) -> int:
     if args.fedavg_grid:
         grid = [(*g, 0, False) for g in {r[:5]: None for r in FEDAVG_GRID}]
     elif args.encoder_grid:
-        grid = [(*g, 0, False) for g in ENCODER_GRID]
+        grid = [(*g, 0, False) for g in (ENCODER_GRID if args.attack == "dager" else ENCODER_MATCHING_GRID)]
     else:
         grid = LORA_GRID if args.lora_grid else [(*g, 0, False) for g in (MATCHING_GRID if args.matching_grid else GRID)]
     if args.width:
