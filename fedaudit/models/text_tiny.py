@@ -51,17 +51,34 @@ def train_tokenizer(vocab_size: int = 2000, extra: list[str] | None = None) -> A
 
 
 def train_wordpiece(vocab_size: int = 2000) -> Any:
-    """A lower-casing WordPiece tokenizer (BERT's scheme) of ``vocab_size`` entries, BERT_SPECIALS first. It adds no
-    special tokens itself: the client frames each line as [CLS] tokens [SEP] (fedaudit/client/text_capture.py)."""
+    """A lower-casing WordPiece tokenizer (BERT's scheme) of ``vocab_size`` entries: BERT_SPECIALS first (ids 0-4),
+    every character of the corpus alone and as a continuation (``##c``), then the most frequent pieces: whole words,
+    word beginnings and word endings (``##ing``), each counted by the words it occurs in (ties in alphabetical
+    order); WordPiece's longest-match reading spells a word from them. Built by counting rather than by
+    ``tokenizers``' WordPiece trainer, whose vocabulary differs from run to run (its ties follow hash order), so tests
+    and benchmarks regenerate. It adds no special tokens itself: the client frames each line as [CLS] tokens [SEP]
+    (fedaudit/client/text_capture.py)."""
     text_extra()
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from collections import Counter
 
-    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.decoder = decoders.WordPiece()
-    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=list(BERT_SPECIALS), show_progress=False)
-    tok.train_from_iterator(sorted(set(corpus())), trainer)
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
+
+    norm, split = normalizers.BertNormalizer(lowercase=True), pre_tokenizers.BertPreTokenizer()
+    words: Counter[str] = Counter()
+    for line in sorted(set(corpus())):
+        words.update(w for w, _ in split.pre_tokenize_str(norm.normalize_str(line)))
+    chars = sorted({c for w in words for c in w})
+    vocab = [*BERT_SPECIALS, *chars, *(f"##{c}" for c in chars)]
+    pieces: Counter[str] = Counter()
+    for w, n in words.items():
+        pieces[w] += n
+        for i in range(2, len(w)):
+            pieces[w[:i]] += n  # a beginning
+            pieces[f"##{w[i - 1:]}"] += n  # an ending
+    taken = set(vocab)
+    vocab += [p for p, _ in sorted(pieces.items(), key=lambda kv: (-kv[1], kv[0])) if p not in taken]
+    tok = Tokenizer(models.WordPiece({t: i for i, t in enumerate(vocab[:vocab_size])}, unk_token="[UNK]"))
+    tok.normalizer, tok.pre_tokenizer, tok.decoder = norm, split, decoders.WordPiece()
     return tok
 
 
