@@ -11,7 +11,7 @@ from fedaudit.inspection import _norm
 from fedaudit.report.types import TextInspectResult, build
 from fedaudit.text_threat_model import TextThreatModel
 
-_BLOCK = re.compile(r"\.(?:h|layer)\.(\d+)\.")  # GPT-2's blocks: transformer.h.N.*; BERT's: bert.encoder.layer.N.*
+_BLOCK = re.compile(r"\.(?:h|layer|layers)\.(\d+)\.")  # transformer.h.N.* (GPT-2), bert.encoder.layer.N.*, model.layers.N.*
 
 
 def inspect_text_threat_model(tm: TextThreatModel) -> dict[str, Any]:

@@ -85,7 +85,8 @@ def shown_length(ckpt: TextCheckpoint, gradients: dict[str, torch.Tensor]) -> in
     """The batch's padded length as the position embedding's gradient shows it: its last non-zero row plus one for
     an encoder (every position of a classifier's line has a gradient), plus two for a decoder (the last position
     predicts nothing and has none of its own); None where that gradient is withheld or zero."""
-    g = gradients.get(FAMILIES[ckpt.model_type].positions)
+    name = FAMILIES[ckpt.model_type].positions
+    g = gradients.get(name) if name else None  # rotary positions (LLaMA) have no such embedding
     rows = torch.nonzero(g.abs().sum(dim=1) > 0).flatten() if g is not None else None
     if rows is None or not len(rows):
         return None

@@ -135,12 +135,12 @@ def test_an_encoder_checkpoint_round_trips_and_its_truth_drops_the_framing(wordp
     from fedaudit.jobs.text_capture import TextCaptureJob
 
     ckpt = load_text_checkpoint(encoder)
-    assert ckpt.kind == "encoder" and ckpt.cls_id == wordpiece.token_to_id("[CLS]") and ckpt.pad_id == 0
+    assert ckpt.kind == "encoder" and ckpt.start_id == wordpiece.token_to_id("[CLS]") and ckpt.pad_id == 0
     TextCaptureJob(encoder, labelled, 4, max_length=10).run_to(tmp_path / "u.safetensors", tmp_path / "t.safetensors")
     truth = load_text_truth(tmp_path / "t.safetensors")
     assert truth.lead == 1 and truth.labels.tolist() == [0, 1, 0, 1]
-    assert all(ckpt.cls_id not in s and ckpt.eos_id not in s and len(s) == 8 for s in truth.sequences())
-    assert torch.equal(truth.ids[:, 0], torch.full((4,), ckpt.cls_id))
+    assert all(ckpt.start_id not in s and ckpt.eos_id not in s and len(s) == 8 for s in truth.sequences())
+    assert torch.equal(truth.ids[:, 0], torch.full((4,), ckpt.start_id))
 
 
 @pytest.mark.parametrize("r, fresh, recovered", [(8, False, True), (4, False, False), (16, True, False)])

@@ -41,11 +41,12 @@ class TextBatch:
 
 
 def tokenize_lines(ckpt: TextCheckpoint, lines: list[str], max_length: int) -> TextBatch:
-    """The client's batch: a decoder's lines' tokens (at most ``max_length - 1``) and the end-of-sequence token; an
-    encoder's ``LABEL<TAB>TEXT`` lines as [CLS] tokens [SEP] (at most ``max_length``) with their labels."""
+    """The client's batch: a decoder's lines' tokens and the end-of-sequence token (after the beginning-of-sequence
+    token where the family has one: LLaMA); an encoder's ``LABEL<TAB>TEXT`` lines as [CLS] tokens [SEP] with their
+    labels; at most ``max_length`` tokens a line in all."""
     if not lines:
         raise InputError("no text lines to capture")
-    framing = 2 if ckpt.kind == "encoder" else 1
+    framing = 1 + (ckpt.start_id is not None)  # the end token, and an encoder's [CLS] or a LLaMA's BOS
     if max_length < framing + 1:
         raise InputError(f"--max-length must be at least {framing + 1}, not {max_length}")
     limit = ckpt.positions
@@ -61,7 +62,7 @@ def tokenize_lines(ckpt: TextCheckpoint, lines: list[str], max_length: int) -> T
         if not tokens:
             raise InputError(f"text line {i + 1} is empty after tokenisation")
         seqs.append(tokens)
-    return ended_batch(seqs, ckpt.eos_id, start=ckpt.cls_id, pad=ckpt.pad_id, labels=labels)
+    return ended_batch(seqs, ckpt.eos_id, start=ckpt.start_id, pad=ckpt.pad_id, labels=labels)
 
 
 def split_labels(lines: list[str], classes: int) -> tuple[torch.Tensor, list[str]]:

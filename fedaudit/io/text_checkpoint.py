@@ -22,7 +22,6 @@ from fedaudit.models.text_extra import text_extra
 from fedaudit.models.text_families import FAMILIES
 
 ENCODER_SPECIALS = ("[CLS]", "[SEP]")  # an encoder's lines are [CLS] tokens [SEP] (BERT's single-sentence inputs)
-OUTPUT, EMBEDDING = "lm_head.weight", "transformer.wte.weight"  # GPT-2's output matrix and the embedding it ties to
 PEFT_PREFIX = "base_model.model."  # PEFT's saved adapter names start so
 LORA_PARTS = ("lora_A", "lora_B", "lora_embedding_A", "lora_embedding_B")
 
@@ -48,9 +47,15 @@ class TextCheckpoint:
         return int(self.model.config.eos_token_id)
 
     @property
-    def cls_id(self) -> int | None:
-        """The token that starts every line of an encoder ([CLS]); None for a decoder."""
-        return int(self.tokenizer.token_to_id("[CLS]")) if self.kind == "encoder" else None
+    def start_id(self) -> int | None:
+        """The token that starts every line: an encoder's [CLS], a LLaMA's beginning-of-sequence token (its
+        tokenizer adds one, and DAGER needs it: with rotary positions a line of one token repeated has the same
+        block-1 input as the token alone); None for GPT-2 (it has none)."""
+        if self.kind == "encoder":
+            return int(self.tokenizer.token_to_id("[CLS]"))
+        if FAMILIES[self.model_type].positions is None and self.model.config.bos_token_id is not None:
+            return int(self.model.config.bos_token_id)
+        return None
 
     @property
     def pad_id(self) -> int:
@@ -133,8 +138,9 @@ def load_text_checkpoint(path: str | Path) -> TextCheckpoint:
             model = getattr(transformers, family.cls_name)(hf_config)
     except (TypeError, ValueError) as exc:
         raise InputError(f"{folder / CONFIG}: cannot build the model ({exc})") from None
-    if hf_config.tie_word_embeddings and OUTPUT not in state and EMBEDDING in state:
-        state = {**state, OUTPUT: state[EMBEDDING]}  # tied: the output matrix is the embedding, stored once
+    output, embedding = family.output, family.embedding
+    if output and hf_config.tie_word_embeddings and output not in state and embedding in state:
+        state = {**state, output: state[embedding]}  # tied: the output matrix is the embedding, stored once
     load_state_strict(model, state, str(folder / WEIGHTS))  # missing, extra, misshapen, NaN/Inf: one line each
     model.eval()
     try:
@@ -158,8 +164,9 @@ def save_text_checkpoint(path: str | Path, model: Any, tokenizer: Any) -> Path:
     """Write ``model`` and ``tokenizer`` as a folder :func:`load_text_checkpoint` reads (each file atomically)."""
     folder = Path(path)
     folder.mkdir(parents=True, exist_ok=True)
+    output = FAMILIES[model.config.model_type].output
     tied = model.config.tie_word_embeddings  # the output matrix is the embedding's: stored once
-    state = {k: v.detach().contiguous().clone() for k, v in model.state_dict().items() if not (tied and k == OUTPUT)}
+    state = {k: v.detach().contiguous().clone() for k, v in model.state_dict().items() if not (tied and k == output)}
     atomic_write_bytes(folder / WEIGHTS, safetensors_bytes(state, {"format": "pt"}))
     atomic_write_text(folder / CONFIG, json.dumps(model.config.to_diff_dict(), indent=1, sort_keys=True))
     atomic_write_text(folder / TOKENIZER, tokenizer.to_str())

@@ -27,12 +27,12 @@ def classifier_classes(ckpt: TextCheckpoint, gradients: dict[str, torch.Tensor],
     head = FAMILIES[ckpt.model_type].head_bias
     if head is None or head not in gradients:
         raise NotApplicable(f"needs the classifier's bias gradient ({head}) to count the batch's labels")
-    assert ckpt.cls_id is not None
+    assert ckpt.start_id is not None
     g = gradients[head].detach().double()
     length = shown_length(ckpt, gradients) or min(PROBE_LENGTH, ckpt.positions)
     vocab = int(ckpt.model.get_input_embeddings().weight.shape[0])
     ids = torch.randint(vocab, (PROBES, length), generator=torch.Generator().manual_seed(0))
-    ids[:, 0], ids[:, -1] = ckpt.cls_id, ckpt.eos_id
+    ids[:, 0], ids[:, -1] = ckpt.start_id, ckpt.eos_id
     with torch.no_grad():
         p = torch.softmax(ckpt.model(input_ids=ids, token_type_ids=torch.zeros_like(ids)).logits.double(), -1)
     raw = batch_size * (p.mean(0) - g)

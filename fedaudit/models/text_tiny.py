@@ -1,6 +1,6 @@
 """Small language models built offline, for tests, samples and benchmarks: tokenizers trained by ``tokenizers`` on
 text that ships with Python (the standard library's docstrings; byte-level BPE for GPT-2, WordPiece for BERT), and
-GPT-2-shaped decoders and BERT-shaped classifiers at random init built from ``transformers`` configs (nothing
+GPT-2- and LLaMA-shaped decoders and BERT-shaped classifiers at random init built from ``transformers`` configs (nothing
 downloaded)."""
 
 from __future__ import annotations
@@ -112,17 +112,31 @@ def gpt2(tokenizer: Any, width: int = 64, layers: int = 2, heads: int = 2, posit
     return transformers.GPT2LMHeadModel(config).eval()
 
 
+def llama(tokenizer: Any, width: int = 64, layers: int = 2, heads: int = 2, kv_heads: int | None = None,
+          positions: int = 64, seed: int = 0) -> torch.nn.Module:
+    """A LLaMA decoder (rotary positions, RMSNorm, SwiGLU; grouped-query attention with ``kv_heads``) at random init
+    (seeded) for ``tokenizer``'s vocabulary, untied, in eval mode."""
+    transformers = text_extra()
+    eos = tokenizer.token_to_id(EOS)
+    config = transformers.LlamaConfig(vocab_size=tokenizer.get_vocab_size(), hidden_size=width,
+                                      intermediate_size=4 * width, num_hidden_layers=layers, num_attention_heads=heads,
+                                      num_key_value_heads=kv_heads or heads, max_position_embeddings=positions,
+                                      bos_token_id=eos, eos_token_id=eos, tie_word_embeddings=False)
+    torch.manual_seed(seed)
+    return transformers.LlamaForCausalLM(config).eval()
+
+
 def add_lora(ckpt: Any, r: int = 16, alpha: float | None = None, targets: tuple[str, ...] | None = None,
              seed: int = 0, fresh: bool = False) -> dict[str, Any]:
     """Inject a LoRA adapter into ``ckpt``'s model with ``peft`` (in place) and return its adapter_config.json fields.
     Its A is PEFT's initialisation; its B is N(0, 0.02) (a fine-tuned adapter), or zero with ``fresh`` (a new one).
-    ``targets``: GPT-2's c_attn, or BERT's query, key and value, by default."""
+    ``targets``: GPT-2's c_attn, BERT's query, key and value, or LLaMA's q/k/v_proj by default."""
     import peft
 
-    encoder = ckpt.kind == "encoder"
-    targets = targets or (("query", "key", "value") if encoder else ("c_attn",))
-    config: dict[str, Any] = {"r": r, "lora_alpha": alpha or r, "target_modules": list(targets),
-                              "fan_in_fan_out": not encoder, "lora_dropout": 0.0, "bias": "none"}
+    defaults = {"bert": ("query", "key", "value"), "llama": ("q_proj", "k_proj", "v_proj")}
+    modules: tuple[str, ...] = targets or defaults.get(ckpt.model_type) or ("c_attn",)
+    config: dict[str, Any] = {"r": r, "lora_alpha": alpha or r, "target_modules": list(modules),
+                              "fan_in_fan_out": ckpt.model_type == "gpt2", "lora_dropout": 0.0, "bias": "none"}
     torch.manual_seed(seed)
     ckpt.model = peft.inject_adapter_in_model(peft.LoraConfig(**config), ckpt.model, adapter_name="default").eval()
     ckpt.adapter = {"name": "default"}

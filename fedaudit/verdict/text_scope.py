@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from fedaudit.attacks.text.dager import REPLAYED
+from fedaudit.models.text_families import FAMILIES
 from fedaudit.text_threat_model import TextThreatModel
 
 
@@ -44,7 +45,7 @@ def what_it_reveals(tm: TextThreatModel, diagnostics: dict[str, Any], certified:
     else:
         d = bounds[0] if bounds else ckpt.width
         lines.append(f"Full update: {len(tm.present)} of {len(tm.present) + len(tm.absent)} parameters shared"
-                     + (", the embeddings among them." if any("wte" in k for k in tm.present) else "."))
+                     + (", the embeddings among them." if FAMILIES[ckpt.model_type].embedding in tm.present else "."))
         lines.append(f"What it reveals: blocks 0 and 1's attention-input gradients show up to d = {d} directions of "
                      f"their inputs{_here(ranks)}; DAGER recovers a batch exactly while it has "
                      f"fewer than about {d} visible tokens.")

@@ -34,11 +34,11 @@ a time (fedaudit/attacks/text/dager_encoder.py; docs/text.md, "DAGER on encoders
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
 from fedaudit.attacks.text.dager_encoder import EncoderFront, EncoderSearch
+from fedaudit.attacks.text.fronts import GPT2Front, LlamaFront, decoder_front
 from fedaudit.attacks.text.local_replay import Replay
 from fedaudit.attacks.text.registry import TEXT_ATTACKS
 from fedaudit.attacks.text.result import TextResult
@@ -171,22 +171,6 @@ def input_span(ckpt: TextCheckpoint, gradients: dict[str, torch.Tensor], layer: 
     return InputSpan(basis, rank, int(a.shape[0]), "lora_B", down=a)
 
 
-@dataclass
-class Front:
-    """What the first two blocks' attention inputs are computed from, at one set of weights: the token and position
-    embeddings, block 0, and block 1's first LayerNorm."""
-
-    embed: torch.Tensor
-    positions: torch.Tensor
-    block0: Any  # a GPT-2 block (its ln_1 is block 0's attention-input LayerNorm)
-    ln1: Any
-
-    @classmethod
-    def of(cls, model: Any) -> "Front":
-        tr = model.transformer
-        return cls(tr.wte.weight, tr.wpe.weight, tr.h[0], tr.h[1].ln_1)
-
-
 @TEXT_ATTACKS.register
 class Dager(Method):
     name = "dager"
@@ -280,9 +264,10 @@ class Dager(Method):
             # candidates pass, or all), so half of them marks it: block 1's span probed with random sequences,
             # block 0's with the vocabulary at each position. The reference code caps the rank at d - 20 instead
             # and searches on.
-            front = Front.of(ckpt.model)
+            front = decoder_front(ckpt.model, ckpt.model_type)
             tokens = None if self._holds_anything(front, spans[1]) else self._tokens(front, spans[0])
             diagnostics["saturated"] = tokens is None
+            diagnostics["position_free"] = front.position_free  # rotary: tokens_per_position is the one token set
             if tokens is None:
                 empty.diagnostics["saturated"] = True
                 return empty
@@ -306,7 +291,8 @@ class Dager(Method):
                     diagnostics["tau"] = [self.tau1, self.tau2]
                 diagnostics.update(extra)
             else:
-                sequences, scores = self._sequences(front, tokens, spans[1])
+                sequences, scores = self._sequences(front, tokens, spans[1], start=ckpt.start_id)
+
         order = sorted(range(len(sequences)), key=lambda i: scores[i])
         # a truth-free check of the whole search: a batch holds at most B distinct sequences (a delta's round K x B);
         # more means block 1's
@@ -338,7 +324,7 @@ class Dager(Method):
         passes block 1's check, and certified while the batch holds no more exact lines than B."""
         o = self.opts
         search = EncoderSearch(self.tau1, self.tau2, o["max-candidates"], o["restarts"], o["chunk"])
-        cls, sep, pad = ckpt.cls_id, ckpt.eos_id, ckpt.pad_id
+        cls, sep, pad = ckpt.start_id, ckpt.eos_id, ckpt.pad_id
         assert cls is not None
         with torch.no_grad():
             front = EncoderFront.of(ckpt.model)
@@ -373,9 +359,9 @@ class Dager(Method):
         steps: list[list[list[int]]] = []
         for k in range(local.steps):
             if k < batches:
-                front = Front.of(replay.model)
+                front = decoder_front(replay.model, ckpt.model_type)
                 here = tokens if k == 0 else self._tokens(front, spans[0]) or []
-                found, scores = self._sequences(front, here, spans[1], beam)
+                found, scores = self._sequences(front, here, spans[1], beam, start=ckpt.start_id)
                 fresh = sorted((sc, s) for s, sc in zip(found, scores) if tuple(s) not in taken)[:batch_size]
                 taken.update({tuple(s): (sc, k) for sc, s in fresh})
                 steps.append([s for _, s in fresh])
@@ -385,45 +371,44 @@ class Dager(Method):
             "local_step": [taken[tuple(s)][1] for s in sequences], "per_step": [len(s) for s in steps],
             "replay_residual": replay.residual(local.change)}
 
-    def _holds_anything(self, front: Front, span: InputSpan, probes: int = 64) -> bool:
+    def _holds_anything(self, front: GPT2Front | LlamaFront, span: InputSpan, probes: int = 64) -> bool:
         """Whether block 1's span holds more than half of ``probes`` random two-token sequences (seeded): then it
         holds every candidate (the visible positions reach the width there) and step 2 cannot tell any apart."""
         rows = int(front.embed.shape[0])
         seqs = torch.randint(rows, (probes, 2), generator=torch.Generator().manual_seed(0))
         return 2 * int((self._last_distance(front, seqs, span) < self.tau2).sum()) > probes
 
-    def _tokens(self, front: Front, span: InputSpan) -> list[list[int]] | None:
+    def _tokens(self, front: GPT2Front | LlamaFront, span: InputSpan) -> list[list[int]] | None:
         """Step 1: per position, the vocabulary entries whose block-0 input lies in block 0's span (stops at the
-        first position none passes); None where more than half the vocabulary passes at a position (saturated)."""
+        first position none passes; rotary positions: one pass, the token set, offered at every position up to the
+        model's); None where more than half the vocabulary passes at a position (saturated)."""
         out: list[list[int]] = []
-        for p in range(front.positions.shape[0]):
-            d = span.distance(front.block0.ln_1(front.embed + front.positions[p]))
+        for p in range(front.max_positions):
+            d = span.distance(front.token_inputs(p))
             hits = torch.nonzero(d < self.tau1).flatten()
             if 2 * len(hits) > len(d):
                 return None
             if not len(hits):
                 break
             out.append(hits[torch.argsort(d[hits])].tolist())
+            if front.position_free:  # one set, offered at every position by step 2
+                break
         return out
 
-    def _last_distance(self, front: Front, seqs: torch.Tensor, span: InputSpan) -> torch.Tensor:
-        """Block 1's input at the last position of each sequence, as a span distance. The last position attends to
-        every earlier one, so causal and full attention agree there and block 0 runs without a mask."""
-        out = []
-        for chunk in seqs.split(self.opts["chunk"]):
-            h = front.embed[chunk] + front.positions[: chunk.shape[1]]
-            h = front.block0(h)
-            h = h[0] if isinstance(h, tuple) else h
-            out.append(span.distance(front.ln1(h[:, -1])))
-        return torch.cat(out)
+    def _last_distance(self, front: GPT2Front | LlamaFront, seqs: torch.Tensor, span: InputSpan) -> torch.Tensor:
+        """Block 1's input at the last position of each sequence, as a span distance."""
+        return torch.cat([span.distance(front.last_inputs(chunk)) for chunk in seqs.split(self.opts["chunk"])])
 
-    def _sequences(self, front: Front, tokens: list[list[int]], span: InputSpan, beam_size: int | None = None
-                   ) -> tuple[list[list[int]], list[float]]:
+    def _sequences(self, front: GPT2Front | LlamaFront, tokens: list[list[int]], span: InputSpan,
+                   beam_size: int | None = None, start: int | None = None) -> tuple[list[list[int]], list[float]]:
         """Step 2: grow every sequence from step 1's first-position tokens; an extension is kept where its new
         position passes block 1's check; a sequence none of whose extensions passes is complete. Returns the
-        complete sequences and their mean span distance."""
+        complete sequences and their mean span distance. Rotary positions: step 1's one token set is offered at
+        every position, up to the model's positions. ``start``: the token every line begins with (LLaMA's BOS), left
+        out of the sequences returned (it is not the client's text)."""
         if not tokens:
             return [], []
+        length = front.max_positions if front.position_free else len(tokens)
         # the first position is checked in block 1's span too: step 1 lets through tokens that only sums of the
         # batch's embeddings explain (E[t] + P[0] = (E[t] + P[q]) + (E[s] + P[0]) - (E[s] + P[q]); exactly so at
         # random init, where LayerNorm is a scaled projection), and block 0's nonlinear layers break those sums
@@ -432,12 +417,13 @@ class Dager(Method):
         totals = [dist for dist in first if dist < self.tau2]  # summed distances of the checked positions
         done: list[list[int]] = []
         scores: list[float] = []
-        for i in range(1, len(tokens) + 1):
-            if i == len(tokens) or not beam:
+        for i in range(1, length + 1):
+            if i == length or not beam:
                 done += beam
                 scores += [t / len(s) for s, t in zip(beam, totals)]
                 break
-            cands = [(b, s + [t]) for b, s in enumerate(beam) for t in tokens[i]]
+            cands = [(b, s + [t]) for b, s in enumerate(beam) for t in tokens[0 if front.position_free else i]
+                     if t != start]  # the start token begins a line only (else [BOS, BOS, ..] passes as [BOS])
             d = self._last_distance(front, torch.tensor([c for _, c in cands]), span).tolist()
             kept = [(b, c, dist) for (b, c), dist in zip(cands, d) if dist < self.tau2]
             extended = {b for b, _, _ in kept}
@@ -449,4 +435,6 @@ class Dager(Method):
             if len(kept) > most:
                 kept = sorted(kept, key=lambda k: totals[k[0]] + k[2])[:most]
             beam, totals = [c for _, c, _ in kept], [totals[b] + dist for b, _, dist in kept]
+        if start is not None:
+            done = [s[1:] if s[:1] == [start] else s for s in done]
         return done, scores

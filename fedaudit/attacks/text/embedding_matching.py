@@ -116,12 +116,12 @@ class MatchingProblem:
                       [gradients[n].detach().float() for n, _ in pairs], int(batch_size), length, e,
                       float(e.std()), float(e.norm(dim=1).mean()), excluded)
         if ckpt.kind == "encoder":  # the content between the pinned [CLS] and [SEP] is optimised
-            assert classes is not None and ckpt.cls_id is not None
+            assert classes is not None and ckpt.start_id is not None
             problem.length = length - 2
             problem.classes = classes.long()
-            problem.frame = (e[ckpt.cls_id], e[ckpt.eos_id])
+            problem.frame = (e[ckpt.start_id], e[ckpt.eos_id])
             others = {ckpt.tokenizer.token_to_id(t) for t in ("[UNK]", "[MASK]")}
-            problem.specials = tuple(sorted({ckpt.cls_id, ckpt.eos_id, ckpt.pad_id}
+            problem.specials = tuple(sorted({ckpt.start_id, ckpt.eos_id, ckpt.pad_id}
                                             | {i for i in others if i is not None}))
         return problem
 
@@ -254,7 +254,7 @@ def certify(ckpt: TextCheckpoint, gradients: dict[str, torch.Tensor], sequences:
     if not sequences or any(not s for s in sequences) or max(map(len, sequences)) + framing > ckpt.positions:
         return float("inf")
     with torch.enable_grad():
-        mine = text_gradient(ckpt, ended_batch(sequences, ckpt.eos_id, start=ckpt.cls_id, pad=ckpt.pad_id,
+        mine = text_gradient(ckpt, ended_batch(sequences, ckpt.eos_id, start=ckpt.start_id, pad=ckpt.pad_id,
                                                labels=classes))
     return relative_residual(mine, gradients)
 

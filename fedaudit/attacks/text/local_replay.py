@@ -34,7 +34,8 @@ class Replay:
             return
         with torch.enable_grad():
             self.opt.zero_grad()
-            next_token_loss(self.model, ended_batch(sequences, self.ckpt.eos_id)).backward()
+            ck = self.ckpt
+            next_token_loss(self.model, ended_batch(sequences, ck.eos_id, start=ck.start_id, pad=ck.pad_id)).backward()
             self.opt.step()
 
     def residual(self, change: dict[str, torch.Tensor]) -> float:
