@@ -188,9 +188,9 @@ class EncoderSearch:
             for r in range(self.restarts):
                 line = [c[0] if first and r == 0 else c[int(torch.randint(len(c), (1,), generator=gen))]
                         for c in fresh]
-                if taken:
-                    self._sweep(front, span, fresh, line, kind, cls, sep)
-                score, worst = self._sweep(front, span, lists, line, kind, cls, sep)
+                score, worst = self._sweep(front, span, fresh, line, kind, cls, sep) if taken else (0.0, 1.0)
+                if worst >= self.tau2:  # not exact without the found lines' tokens: open them all
+                    score, worst = self._sweep(front, span, lists, line, kind, cls, sep)
                 if closest is None or score < closest[0]:
                     closest = (score, list(line))
                 if worst < self.tau2 and all(h[1] != line for h in hits):
@@ -204,7 +204,8 @@ class EncoderSearch:
     def _sweep(self, front: EncoderFront, span: Any, lists: list[list[int]], line: list[int], kind: int, cls: int,
                sep: int) -> tuple[float, float]:
         """Descend from ``line`` (changed in place): each position in turn takes the token of its list that gives the
-        line the lowest mean distance, until a sweep changes nothing. Returns the mean and the worst distance."""
+        line the lowest mean distance, until a sweep changes nothing or the line is exact (every position within
+        ``tau2``: no move can make it more so). Returns the mean and the worst distance."""
         score = worst = float("inf")
         for _ in range(SWEEPS):
             moved = False
@@ -216,6 +217,8 @@ class EncoderSearch:
                 if float(d[i].mean()) < score - 1e-12:
                     moved = moved or line[p] != c[i]
                     line[p], score, worst = c[i], float(d[i].mean()), float(d[i].max())
+                    if worst < self.tau2:
+                        return score, worst
             if not moved:
                 break
         return score, worst
