@@ -125,7 +125,7 @@ def run(width: int, layers: int, heads: int, b: int, t: int, seed: int, tokenize
     t0 = time.perf_counter()
     result = TEXT_ATTACKS.get(attack)(**options).run(ckpt, grads, meta.batch_size, local_steps, local, labels=classes)
     seconds = time.perf_counter() - t0
-    lead = 1 if init_range is not None else 0  # an encoder's [CLS]
+    lead = ckpt.lead  # an encoder's [CLS]
     true = [batch.ids[i, lead: n - 1].tolist() for i, n in enumerate(batch.lengths)]
     scores = text_scores(true, [tokenizer.decode(s) for s in true], result.sequences,
                          [tokenizer.decode(s) for s in result.sequences])
@@ -155,49 +155,48 @@ def run(width: int, layers: int, heads: int, b: int, t: int, seed: int, tokenize
             else sorted(classes.tolist()) == sorted(batch.labels.tolist())}
 
 
+def markdown(header: list[str], rows: list[list]) -> str:
+    """A markdown table: ``header`` and one line per row of cells."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(map(str, r)) + " |" for r in rows]) + "\n"
+
+
 def table(rows: list[dict]) -> str:
-    lines = ["| attack | update | d | layers | B | T | seed | visible tokens | ranks | token acc. | ROUGE-1 | ROUGE-2 | exact | seconds | load |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        ranks = "/".join(map(str, r.get("ranks") or []))
-        attack = r["attack"] + (f" {r['steps']}" if r.get("steps") else "")
-        lines.append(f"| {attack} | {r.get('update', 'full')} | {r['width']} | {r['layers']} | {r['B']} | {r['T']} | "
-                     f"{r['seed']} | {r['visible_tokens']} | {ranks} | "
-                     f"{r['token_accuracy']:.3f} | {r['rouge1']:.3f} | {r['rouge2']:.3f} | {r['exact_rate']:.2f} | "
-                     f"{r['seconds']:.1f} | {r['load']} |")
-    return "\n".join(lines) + "\n"
+    return markdown(["attack", "update", "d", "layers", "B", "T", "seed", "visible tokens", "ranks", "token acc.",
+                     "ROUGE-1", "ROUGE-2", "exact", "seconds", "load"],
+                    [[r["attack"] + (f" {r['steps']}" if r.get("steps") else ""), r.get("update", "full"), r["width"],
+                      r["layers"], r["B"], r["T"], r["seed"], r["visible_tokens"],
+                      "/".join(map(str, r.get("ranks") or [])), f"{r['token_accuracy']:.3f}", f"{r['rouge1']:.3f}",
+                      f"{r['rouge2']:.3f}", f"{r['exact_rate']:.2f}", f"{r['seconds']:.1f}", r["load"]]
+                     for r in rows])
 
 
 def encoder_table(rows: list[dict]) -> str:
-    """The BERT rows: step 1's widest candidate list, the line ends searched, whether the labels were counted right."""
-    lines = ["| attack | d | layers | B | T | init | seed | visible tokens | ranks | tokens per position (max) | "
-             "lengths searched | token acc. | ROUGE-1 | ROUGE-2 | exact | seconds |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        init = r["update"].split("init ")[-1]
-        searched = "-" if r.get("lengths_searched") is None else r["lengths_searched"] + r["lengths_enumerated"]
-        state = " (saturated)" if r.get("saturated") else ""
-        lines.append(f"| {r['attack']} | {r['width']} | {r['layers']} | {r['B']} | {r['T']} | {init} | {r['seed']} | "
-                     f"{r['visible_tokens']} | {'/'.join(map(str, r.get('ranks') or [])) or '-'}{state} | "
-                     f"{r.get('max_tokens_per_position') or '-'} | {searched} | {r['token_accuracy']:.3f} | "
-                     f"{r['rouge1']:.3f} | {r['rouge2']:.3f} | {r['exact_rate']:.2f} | {r['seconds']:.0f} |")
-    return "\n".join(lines) + "\n"
+    """The BERT rows: step 1's widest candidate list and the line ends searched beside the scores."""
+    def ranks(r: dict) -> str:
+        return ("/".join(map(str, r.get("ranks") or [])) or "-") + (" (saturated)" if r.get("saturated") else "")
+
+    return markdown(["attack", "d", "layers", "B", "T", "init", "seed", "visible tokens", "ranks",
+                     "tokens per position (max)", "lengths searched", "token acc.", "ROUGE-1", "ROUGE-2", "exact",
+                     "seconds"],
+                    [[r["attack"], r["width"], r["layers"], r["B"], r["T"], r["update"].split("init ")[-1], r["seed"],
+                      r["visible_tokens"], ranks(r), r.get("max_tokens_per_position") or "-",
+                      "-" if r.get("lengths_searched") is None else r["lengths_searched"] + r["lengths_enumerated"],
+                      f"{r['token_accuracy']:.3f}", f"{r['rouge1']:.3f}", f"{r['rouge2']:.3f}",
+                      f"{r['exact_rate']:.2f}", f"{r['seconds']:.0f}"] for r in rows])
 
 
 def fedavg_table(rows: list[dict]) -> str:
     """The FedAvg rows: lines per local step found, the replay's residual, the round-off, the steps assigned right."""
-    lines = ["| update | reading | d | B x K | seed | visible tokens | ranks | round-off | per step | token acc. | "
-             "exact | steps right | replay residual | seconds |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        k = len(set(r["true_steps"]))
-        ro = "/".join(f"{v:.0e}" for v in r.get("round_off") or [])
-        per = "/".join(map(str, r.get("per_step") or [])) or "-"
-        res = f"{r['replay_residual']:.0e}" if r.get("replay_residual") is not None else "-"
-        right = f"{r['steps_right']}/{r['recovered']}" if r.get("per_step") else "-"
-        lines.append(f"| {r['update']} | {r.get('steps-at') or 'replay'} | {r['width']} | {r['B']} x {k} | {r['seed']} | "
-                     f"{r['visible_tokens']} | {'/'.join(map(str, r.get('ranks') or []))} | {ro} | {per} | "
-                     f"{r['token_accuracy']:.3f} | {r['exact_rate']:.2f} | {right} | {res} | {r['seconds']:.1f} |")
-    return "\n".join(lines) + "\n"
+    return markdown(["update", "reading", "d", "B x K", "seed", "visible tokens", "ranks", "round-off", "per step",
+                     "token acc.", "exact", "steps right", "replay residual", "seconds"],
+                    [[r["update"], r.get("steps-at") or "replay", r["width"], f"{r['B']} x {len(set(r['true_steps']))}",
+                      r["seed"], r["visible_tokens"], "/".join(map(str, r.get("ranks") or [])),
+                      "/".join(f"{v:.0e}" for v in r.get("round_off") or []),
+                      "/".join(map(str, r.get("per_step") or [])) or "-", f"{r['token_accuracy']:.3f}",
+                      f"{r['exact_rate']:.2f}", f"{r['steps_right']}/{r['recovered']}" if r.get("per_step") else "-",
+                      f"{r['replay_residual']:.0e}" if r.get("replay_residual") is not None else "-",
+                      f"{r['seconds']:.1f}"] for r in rows])
 
 
 def main(argv=None) -> int:

@@ -46,7 +46,7 @@ def tokenize_lines(ckpt: TextCheckpoint, lines: list[str], max_length: int) -> T
     labels; at most ``max_length`` tokens a line in all."""
     if not lines:
         raise InputError("no text lines to capture")
-    framing = 1 + (ckpt.start_id is not None)  # the end token, and an encoder's [CLS] or a LLaMA's BOS
+    framing = ckpt.lead + 1  # an encoder's [CLS] or a LLaMA's BOS, and the end token
     if max_length < framing + 1:
         raise InputError(f"--max-length must be at least {framing + 1}, not {max_length}")
     limit = ckpt.positions
@@ -62,7 +62,12 @@ def tokenize_lines(ckpt: TextCheckpoint, lines: list[str], max_length: int) -> T
         if not tokens:
             raise InputError(f"text line {i + 1} is empty after tokenisation")
         seqs.append(tokens)
-    return ended_batch(seqs, ckpt.eos_id, start=ckpt.start_id, pad=ckpt.pad_id, labels=labels)
+    return client_batch(ckpt, seqs, labels)
+
+
+def client_batch(ckpt: TextCheckpoint, sequences: list[list[int]], labels: torch.Tensor | None = None) -> TextBatch:
+    """Token-id lines framed as the client frames them for ``ckpt``'s family (its start token, end token and pad)."""
+    return ended_batch(sequences, ckpt.eos_id, start=ckpt.start_id, pad=ckpt.pad_id, labels=labels)
 
 
 def split_labels(lines: list[str], classes: int) -> tuple[torch.Tensor, list[str]]:

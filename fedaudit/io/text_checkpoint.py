@@ -58,6 +58,11 @@ class TextCheckpoint:
         return None
 
     @property
+    def lead(self) -> int:
+        """How many tokens the client puts before a line's text (its start token: 1, or 0)."""
+        return int(self.start_id is not None)
+
+    @property
     def pad_id(self) -> int:
         """The token that right-pads a batch: a decoder's end-of-sequence (GPT-2 has no pad), an encoder's pad."""
         if self.kind == "encoder":

@@ -54,8 +54,7 @@ class TextCaptureJob:
         save_update(output, cap.tensors, cap.meta)
         update_sha = sha256_file(output)
         if truth is not None:
-            lead = 0 if ckpt.start_id is None else 1  # an encoder's [CLS] or a LLaMA's BOS before each line's text
-            save_text_truth(truth, TextTruth(cap.batch.ids, cap.batch.mask, lines, cap.step, update_sha, lead,
+            save_text_truth(truth, TextTruth(cap.batch.ids, cap.batch.mask, lines, cap.step, update_sha, ckpt.lead,
                                              cap.batch.labels))
         return build(TextCaptureSummary, {
             "modality": "text", "update": str(output), "sha256": update_sha, "truth": str(truth) if truth else None,

@@ -248,14 +248,12 @@ def certify(ckpt: TextCheckpoint, gradients: dict[str, torch.Tensor], sequences:
     (or one no gradient can tell from it), which certifies every line, as DAGER's checks certify its lines. One
     gradient; infinity where a line is empty or longer than the model's positions. An encoder's lines are framed
     [CLS] .. [SEP] and labelled ``classes``."""
-    from fedaudit.client.text_capture import ended_batch, text_gradient  # the client's loss, recomputed by the server
+    from fedaudit.client.text_capture import client_batch, text_gradient  # the client's loss, recomputed by the server
 
-    framing = 1 if classes is None else 2
-    if not sequences or any(not s for s in sequences) or max(map(len, sequences)) + framing > ckpt.positions:
+    if not sequences or any(not s for s in sequences) or max(map(len, sequences)) + ckpt.lead + 1 > ckpt.positions:
         return float("inf")
     with torch.enable_grad():
-        mine = text_gradient(ckpt, ended_batch(sequences, ckpt.eos_id, start=ckpt.start_id, pad=ckpt.pad_id,
-                                               labels=classes))
+        mine = text_gradient(ckpt, client_batch(ckpt, sequences, classes))
     return relative_residual(mine, gradients)
 
 

@@ -28,14 +28,13 @@ class Replay:
     def step(self, sequences: list[list[int]]) -> None:
         """One local step on ``sequences`` (token ids without their end token); none (nothing recovered) leaves the
         weights where they are (a step the replay cannot take)."""
-        from fedaudit.client.text_capture import ended_batch, next_token_loss  # the client's loss, on the server
+        from fedaudit.client.text_capture import client_batch, next_token_loss  # the client's loss, on the server
 
         if not sequences or any(not s for s in sequences):
             return
         with torch.enable_grad():
             self.opt.zero_grad()
-            ck = self.ckpt
-            next_token_loss(self.model, ended_batch(sequences, ck.eos_id, start=ck.start_id, pad=ck.pad_id)).backward()
+            next_token_loss(self.model, client_batch(self.ckpt, sequences)).backward()
             self.opt.step()
 
     def residual(self, change: dict[str, torch.Tensor]) -> float:

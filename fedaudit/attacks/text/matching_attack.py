@@ -41,13 +41,12 @@ class MatchingAttack(Method):
         reasons = []
         head = FAMILIES[ckpt.model_type].head_bias
         if head is not None and head not in gradients:
+            why = "a LoRA-only update does not carry it" if ckpt.adapter is not None else "the update withholds it"
             reasons.append(f"needs the classifier's bias gradient ({head}) to count the batch's labels (the bias-count "
-                           "rule); the update withholds it")
+                           f"rule); {why}")
         if FAMILIES[ckpt.model_type].positions is None:
             reasons.append(f"the {ckpt.model_type} family (rotary positions, a beginning-of-sequence token) is not "
                            "implemented for gradient matching (DAGER reads it)")
-        if ckpt.kind == "encoder" and ckpt.adapter is not None:
-            reasons.append("a LoRA-only update of a classifier does not carry its bias gradient (the labels' count)")
         if not matched_parameters(ckpt.model, gradients):
             reasons.append(NOTHING_TO_MATCH)
         if local_steps != 1:
