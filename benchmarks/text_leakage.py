@@ -9,6 +9,8 @@
     .venv/bin/python -m benchmarks.text_leakage --fedavg-grid --seeds 0,1 [--double] [--steps-at global]
     .venv/bin/python -m benchmarks.text_leakage --encoder-grid --seeds 0,1 [--init-range 0.02]
     .venv/bin/python -m benchmarks.text_leakage --encoder-grid --attack tag --steps 1000 --seeds 0,1
+    .venv/bin/python -m benchmarks.text_leakage --family llama --width 256 --layers 4 --B 16 --T 16 --seeds 0,1
+    .venv/bin/python -m benchmarks.text_leakage --family llama --matching-grid --attack tag --seeds 0,1
     .venv/bin/python -m benchmarks.text_leakage --table              # docs/results/text.md's table
 
 Text: sentences of 4 to 20 words from the standard library's docstrings (fedaudit/models/text_tiny.py's corpus; the
@@ -26,7 +28,9 @@ one the client used it in. ENCODER_GRID: BERT-shaped sequence classifiers (3 or 
 trained on the same corpus (8,000 entries) and BERT's 30,522 embedding rows, each line labelled 0/1 at random
 (seeded), initializer_range ``--init-range`` (0.1 by default: fedaudit/models/text_tiny.py ``bert`` says why; BERT's
 0.02 shows the random-init limit); with ``--attack tag|lamp`` ENCODER_MATCHING_GRID, the labels counted as
-``fedaudit reconstruct`` counts them (fedaudit/labels/text_classes.py). Rows go to
+``fedaudit reconstruct`` counts them (fedaudit/labels/text_classes.py). ``--family llama``: the decoder rows on LLaMA
+decoders (LLaMA-2's 32,000 embedding rows, rotary positions, the client's start token); TAG and LAMP are handed the
+batch's padded length as ``--length`` (a reviewer gives it: rotary positions leave nothing to read it from). Rows go to
 benchmarks/results/text_leakage.jsonl.
 """
 
@@ -48,11 +52,11 @@ from fedaudit.conversion import to_average_gradient
 from fedaudit.io.text_checkpoint import TextCheckpoint
 from fedaudit.labels.text_classes import classifier_classes
 from fedaudit.metrics.text import text_scores
-from fedaudit.models.text_tiny import add_lora, bert, corpus, gpt2, train_tokenizer, train_wordpiece
+from fedaudit.models.text_tiny import add_lora, bert, corpus, gpt2, llama, train_tokenizer, train_wordpiece
 from fedaudit.text_threat_model import LocalRound
 
 OUT = RESULTS / "text_leakage.jsonl"
-GPT2_VOCAB, BERT_VOCAB = 50_257, 30_522
+GPT2_VOCAB, BERT_VOCAB, LLAMA_VOCAB = 50_257, 30_522, 32_000
 GRID = [  # (width, layers, heads, B, T)
     (64, 2, 2, 1, 16), (64, 2, 2, 4, 16), (256, 4, 4, 4, 32), (256, 4, 4, 16, 16),
     (768, 12, 12, 1, 32), (768, 12, 12, 4, 32), (768, 12, 12, 16, 32), (768, 12, 12, 32, 32),
@@ -91,11 +95,13 @@ def sentences() -> list[str]:
 
 def run(width: int, layers: int, heads: int, b: int, t: int, seed: int, tokenizer, lora: int = 0,
         fresh: bool = False, attack: str = "dager", steps: int | None = None, local_steps: int = 1,
-        lr: float | None = None, double: bool = False, steps_at: str | None = None, init_range: float | None = None
-        ) -> dict:
+        lr: float | None = None, double: bool = False, steps_at: str | None = None, init_range: float | None = None,
+        shortlist: int | None = None, family: str = "gpt2") -> dict:
     """One row: B lines (K x B for a FedAvg delta of K local steps at ``lr``) sampled by ``seed``, captured on a
     model initialised by ``seed``, attacked, scored against every line of the round. ``init_range``: a BERT-shaped
-    classifier at that initializer_range (the tokenizer a WordPiece one), its lines labelled at random."""
+    classifier at that initializer_range (the tokenizer a WordPiece one), its lines labelled at random. ``family``
+    llama: a LLaMA decoder (32,000 rows, rotary positions, the start token the client prepends); TAG and LAMP are
+    given the batch's padded length (``--length``: rotary positions leave nothing to read it from)."""
     rng = random.Random(seed)
     lines = rng.sample(sentences(), b * local_steps)
     if init_range is not None:
@@ -103,6 +109,9 @@ def run(width: int, layers: int, heads: int, b: int, t: int, seed: int, tokenize
                    vocab_size=BERT_VOCAB)
         ckpt = TextCheckpoint(net, tokenizer, "bert", "encoder", "benchmark", "")
         lines = [f"{rng.randrange(2)}\t{line}" for line in lines]
+    elif family == "llama":
+        net = llama(tokenizer, width, layers, heads, positions=1024, seed=seed, vocab_size=LLAMA_VOCAB)
+        ckpt = TextCheckpoint(net, tokenizer, "llama", "decoder", "benchmark", "")
     else:
         net = gpt2(tokenizer, width, layers, heads, positions=1024, seed=seed, vocab_size=GPT2_VOCAB)
         if double:  # the client trains in float64 (the reference code's FedAvg runs do): its round-off leaves the delta
@@ -118,6 +127,10 @@ def run(width: int, layers: int, heads: int, b: int, t: int, seed: int, tokenize
     options: dict = {"steps": steps} if steps and attack != "dager" else {}
     if steps_at and attack == "dager":
         options["steps-at"] = steps_at
+    if shortlist is not None and attack == "dager":
+        options["shortlist"] = shortlist
+    if family == "llama" and attack != "dager":
+        options["length"] = int(batch.ids.shape[1])  # the padded length, start token included (an oracle: module doc)
     classes = None
     if init_range is not None and attack != "dager":  # the job's label count (fedaudit/jobs/text_reconstruct.py)
         classes, _ = classifier_classes(ckpt, grads, b)
@@ -130,6 +143,8 @@ def run(width: int, layers: int, heads: int, b: int, t: int, seed: int, tokenize
     scores = text_scores(true, [tokenizer.decode(s) for s in true], result.sequences,
                          [tokenizer.decode(s) for s in result.sequences])
     update = "full" if not lora else f"lora r={lora}" + (" fresh" if fresh else "")
+    if family == "llama":
+        update += " LLaMA"
     if init_range is not None:
         update += f" BERT init {init_range:g}"
     if local_steps > 1:
@@ -219,6 +234,8 @@ def main(argv=None) -> int:
     ap.add_argument("--steps-at", choices=("replay", "global"), help="DAGER's reading of a delta (its default: replay)")
     ap.add_argument("--encoder-grid", action="store_true", help="run ENCODER_GRID (BERT-shaped classifiers)")
     ap.add_argument("--init-range", type=float, default=0.1, help="the encoder rows' initializer_range")
+    ap.add_argument("--shortlist", type=int, help="DAGER's encoder search: its --shortlist (its default otherwise)")
+    ap.add_argument("--family", choices=("gpt2", "llama"), default="gpt2", help="the decoder rows' family")
     ap.add_argument("--table", action="store_true")
     args = ap.parse_args(argv)
     if args.table:
@@ -251,7 +268,7 @@ def main(argv=None) -> int:
                       else rounds):
             for seed in seeds:
                 row = run(width, layers, heads, b, t, seed, tokenizer, lora, fresh, args.attack, args.steps, k, lr,
-                          args.double, args.steps_at, init_range)
+                          args.double, args.steps_at, init_range, args.shortlist, args.family)
                 print(json.dumps(row), file=sys.stderr, flush=True)
                 with OUT.open("a") as f:
                     f.write(json.dumps(row) + "\n")

@@ -61,9 +61,11 @@ def test_a_labelled_batch_of_four_is_recovered_exactly_from_an_encoder(cli, enco
     assert info["attacks"]["dager"]["applicable"] and info["attacks"]["tag"]["applicable"]
 
 
-def test_lines_of_different_lengths_and_shared_tokens_are_each_found(wordpiece):
+@pytest.mark.parametrize("shortlist", [8, 0])
+def test_lines_of_different_lengths_and_shared_tokens_are_each_found(wordpiece, shortlist):
     """Lines end at different positions (each end a [SEP] that passes step 1), and two lines share tokens at the same
-    positions: the search keeps every token open (the reference code's non-overlap filter would lose one)."""
+    positions: the search keeps every token open (the reference code's non-overlap filter would lose one). Found with
+    the moves' shortlist (the default) and with every token scored on the whole line."""
     from fedaudit.io.text_checkpoint import TextCheckpoint
 
     ckpt = TextCheckpoint(bert(wordpiece, width=96, seed=1), wordpiece, "bert", "encoder", "test", "")
@@ -71,10 +73,26 @@ def test_lines_of_different_lengths_and_shared_tokens_are_each_found(wordpiece):
              "0\tRaise an error when the path does not exist."]
     cap = capture_text_update(ckpt, lines, 4, max_length=16)
     truth = [cap.batch.ids[i, 1: n - 1].tolist() for i, n in enumerate(cap.batch.lengths)]
-    result = TEXT_ATTACKS.get("dager")().run(ckpt, cap.tensors, 4)
+    result = TEXT_ATTACKS.get("dager")(shortlist=shortlist).run(ckpt, cap.tensors, 4)
     assert sorted(result.sequences) == sorted(truth) and all(result.exact)
     ends = sorted({n - 1 for n in cap.batch.lengths})
     assert [e for e, _ in result.diagnostics["line_ends"] if e in ends] == ends
+
+
+def test_one_positions_block_one_input_equals_the_whole_lines(wordpiece):
+    """The shortlist's cheap score: block 1's input at one position with the other positions' keys and values kept
+    equals the whole line's forward at that position, for every token tried there."""
+    from fedaudit.attacks.text.dager_encoder import EncoderFront
+
+    front = EncoderFront.of(bert(wordpiece, width=64, heads=4, seed=2))
+    gen = torch.Generator().manual_seed(0)
+    line, tokens = torch.randint(5, 2000, (10,), generator=gen), torch.randint(5, 2000, (30,), generator=gen)
+    with torch.no_grad():
+        for position, kind in ((0, 0), (4, 1), (9, 0)):
+            trial = line.repeat(30, 1)
+            trial[:, position] = tokens
+            whole = front.line_inputs(trial, kind)[:, position]
+            assert torch.allclose(front.position_inputs(line, kind, position, tokens), whole, atol=1e-5)
 
 
 def test_an_encoders_span_stacks_query_key_and_value(wordpiece):

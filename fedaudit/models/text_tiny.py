@@ -113,12 +113,13 @@ def gpt2(tokenizer: Any, width: int = 64, layers: int = 2, heads: int = 2, posit
 
 
 def llama(tokenizer: Any, width: int = 64, layers: int = 2, heads: int = 2, kv_heads: int | None = None,
-          positions: int = 64, seed: int = 0) -> torch.nn.Module:
+          positions: int = 64, seed: int = 0, vocab_size: int | None = None) -> torch.nn.Module:
     """A LLaMA decoder (rotary positions, RMSNorm, SwiGLU; grouped-query attention with ``kv_heads``) at random init
-    (seeded) for ``tokenizer``'s vocabulary, untied, in eval mode."""
+    (seeded) for ``tokenizer``'s vocabulary (``vocab_size`` embedding rows where given, e.g. LLaMA-2's 32,000),
+    untied, in eval mode."""
     transformers = text_extra()
     eos = tokenizer.token_to_id(EOS)
-    config = transformers.LlamaConfig(vocab_size=tokenizer.get_vocab_size(), hidden_size=width,
+    config = transformers.LlamaConfig(vocab_size=vocab_size or tokenizer.get_vocab_size(), hidden_size=width,
                                       intermediate_size=4 * width, num_hidden_layers=layers, num_attention_heads=heads,
                                       num_key_value_heads=kv_heads or heads, max_position_embeddings=positions,
                                       bos_token_id=eos, eos_token_id=eos, tie_word_embeddings=False)

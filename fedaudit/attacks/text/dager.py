@@ -197,6 +197,9 @@ class Dager(Method):
                      positive=True),
         MethodOption("restarts", int, 8, "an encoder's coordinate-descent starts per search (the first from each "
                      "position's best token, the others random, seeded)", positive=True),
+        MethodOption("shortlist", int, 8, "an encoder's coordinate-descent move scores every token of a position's "
+                     "list at that position alone (its attention row and feed-forward pass, the other positions' "
+                     "keys and values kept), then the best N on the whole line (0: every token on the whole line)"),
     )
 
     def __init__(self, **opts):
@@ -323,7 +326,8 @@ class Dager(Method):
         """An encoder's search (fedaudit/attacks/text/dager_encoder.py): its lines are exact where every position
         passes block 1's check, and certified while the batch holds no more exact lines than B."""
         o = self.opts
-        search = EncoderSearch(self.tau1, self.tau2, o["max-candidates"], o["restarts"], o["chunk"])
+        search = EncoderSearch(self.tau1, self.tau2, o["max-candidates"], o["restarts"], o["chunk"],
+                               shortlist=o["shortlist"])
         cls, sep, pad = ckpt.start_id, ckpt.eos_id, ckpt.pad_id
         assert cls is not None
         with torch.no_grad():

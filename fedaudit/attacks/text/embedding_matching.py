@@ -18,6 +18,10 @@ Choices the papers leave open, made here and documented:
   length (``--length`` overrides it; an update that withholds that gradient, e.g. LoRA-only, needs it). Every dummy
   line is T long: lines shorter than T (padded by the client) are not modelled (the LAMP code assumes the lengths
   known; a server does not).
+* **A start token (LLaMA).** A decoder whose client begins every line with a beginning-of-sequence token has its
+  dummy lines begin with that token's embedding, pinned; the T - 1 positions after it are optimised, and each is a
+  predicted token (its label is optimised with it). Rotary positions leave no position embedding to read T from:
+  ``--length`` gives it (the client's padded length, the start token included).
 * **Encoders (BERT classifiers).** A dummy line is ``[CLS] x_1 .. x_{T-2} [SEP]``: the framing tokens' embeddings are
   pinned and only the content is optimised (the LAMP code pins them likewise); the token types are 0, as the client's.
   The labels are the lines' classes, given by the job (counted from the classifier's bias gradient by the bias-count
@@ -57,6 +61,9 @@ def sequence_length(ckpt: TextCheckpoint, gradients: dict[str, torch.Tensor], gi
             raise NotApplicable(f"--length {given} is outside 2..{limit} (the model's positions)")
         return given, "--length"
     positions = FAMILIES[ckpt.model_type].positions
+    if positions is None:
+        raise NotApplicable(f"needs the sequence length: {ckpt.model_type}'s rotary positions leave no position "
+                            "embedding to read it from; give --length T (the padded length, the start token included)")
     if positions not in gradients:
         raise NotApplicable(f"needs the sequence length: the update withholds the position embedding's gradient "
                             f"({positions}); give --length T")
@@ -93,6 +100,7 @@ class MatchingProblem:
     classes: torch.Tensor | None = None  # an encoder's: each dummy line's class (fixed); None for a decoder
     frame: tuple[torch.Tensor, torch.Tensor] | None = None  # an encoder's pinned [CLS] and [SEP] embeddings
     specials: tuple[int, ...] = ()  # token ids read-back skips (an encoder's special tokens)
+    start_id: int | None = None  # a decoder's pinned start token (LLaMA's beginning of sequence); None for GPT-2
 
     @classmethod
     def build(cls, ckpt: TextCheckpoint, gradients: dict[str, torch.Tensor], batch_size: int | None,
@@ -123,6 +131,8 @@ class MatchingProblem:
             others = {ckpt.tokenizer.token_to_id(t) for t in ("[UNK]", "[MASK]")}
             problem.specials = tuple(sorted({ckpt.start_id, ckpt.eos_id, ckpt.pad_id}
                                             | {i for i in others if i is not None}))
+        elif ckpt.start_id is not None:  # a decoder's pinned start token: the T - 1 positions after it are optimised
+            problem.length, problem.start_id, problem.specials = length - 1, ckpt.start_id, (ckpt.start_id,)
         return problem
 
     def gradient(self, u: torch.Tensor, labels: torch.Tensor, create_graph: bool, rows: list[int] | None = None
@@ -134,8 +144,13 @@ class MatchingProblem:
         their lines' indices in the batch (0..len(u)-1 by default)."""
         if self.classes is not None:
             return self._encoder_gradient(u, create_graph, rows)
-        logits = self.model(inputs_embeds=self.sigma * u).logits
-        target = torch.softmax(labels[:, 1:], dim=-1)
+        x = self.sigma * u
+        if self.start_id is not None:  # every position after the pinned start token is predicted
+            x = torch.cat([self.embedding[self.start_id].expand(len(u), 1, u.shape[-1]), x], dim=1)
+            target = torch.softmax(labels, dim=-1)
+        else:  # the first token is predicted from nothing
+            target = torch.softmax(labels[:, 1:], dim=-1)
+        logits = self.model(inputs_embeds=x).logits
         loss = -(target * torch.log_softmax(logits[:, :-1], dim=-1)).sum(-1).mean() * (len(u) / self.batch_size)
         return torch.autograd.grad(loss, self.params, create_graph=create_graph)
 

@@ -149,6 +149,8 @@ class Lamp(MatchingAttack):
                     scores.append(float(problem.distance([r + x for r, x in zip(rest, g)], o["loss"], o["l1"])))
                 if self._prior(problem) == "model" and o["prior-weight"]:
                     ids = problem.nearest_tokens(u[s])[torch.tensor(perms)]
+                    if problem.start_id is not None:  # the prior reads the line as the client framed it
+                        ids = torch.cat([torch.full((len(ids), 1), problem.start_id), ids], dim=1)
                     scores = [a + o["prior-weight"] * b for a, b in zip(scores, _perplexity(problem.model, ids))]
                 best = min(range(len(perms)), key=lambda i: (scores[i], i))
                 if best:

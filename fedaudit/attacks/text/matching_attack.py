@@ -23,8 +23,9 @@ from fedaudit.methods import Method, MethodOption
 from fedaudit.models.text_families import FAMILIES
 from fedaudit.text_threat_model import LocalRound
 
-LENGTH = MethodOption("length", int, 0, "the dummy lines' length T (0: from the position embedding's gradient, the "
-                      "last position with a non-zero row plus one)")
+LENGTH = MethodOption("length", int, 0, "the dummy lines' length T, a start token included (0: from the position "
+                      "embedding's gradient, the last position with a non-zero row plus one; rotary-position models "
+                      "such as LLaMA have none and need it)")
 
 
 class MatchingAttack(Method):
@@ -44,9 +45,6 @@ class MatchingAttack(Method):
             why = "a LoRA-only update does not carry it" if ckpt.adapter is not None else "the update withholds it"
             reasons.append(f"needs the classifier's bias gradient ({head}) to count the batch's labels (the bias-count "
                            f"rule); {why}")
-        if FAMILIES[ckpt.model_type].positions is None:
-            reasons.append(f"the {ckpt.model_type} family (rotary positions, a beginning-of-sequence token) is not "
-                           "implemented for gradient matching (DAGER reads it)")
         if not matched_parameters(ckpt.model, gradients):
             reasons.append(NOTHING_TO_MATCH)
         if local_steps != 1:
