@@ -162,7 +162,10 @@ def run(width: int, layers: int, heads: int, b: int, t: int, seed: int, tokenize
             "positions": len(result.diagnostics.get("tokens_per_position") or []),
             **{k: result.diagnostics.get(k) for k in ("ranks", "saturated", "rank_bound_reached", "span_source",
                                                       "objective", "length", "tau", "per_step", "replay_residual",
-                                                      "round_off", "lengths_enumerated", "lengths_searched")},
+                                                      "round_off", "lengths_enumerated", "lengths_searched",
+                                                      "lengths_revisited")},
+            "search": f"shortlist {options.get('shortlist', 8)}, best first" if init_range is not None
+            and attack == "dager" else None,
             "true_steps": cap.step.tolist() if local_steps > 1 else None,
             "local_step": result.diagnostics.get("local_step"),
             "steps_right": sum(steps_right) if local_steps > 1 else None,
@@ -187,14 +190,17 @@ def table(rows: list[dict]) -> str:
 
 
 def encoder_table(rows: list[dict]) -> str:
-    """The BERT rows: step 1's widest candidate list and the line ends searched beside the scores."""
+    """The BERT rows: step 1's widest candidate list and the line ends searched beside the scores; DAGER's search
+    (``search``: "shortlist N, best first" since 2026-11-30; earlier rows scored every token on whole lines, ends
+    longest first)."""
     def ranks(r: dict) -> str:
         return ("/".join(map(str, r.get("ranks") or [])) or "-") + (" (saturated)" if r.get("saturated") else "")
 
-    return markdown(["attack", "d", "layers", "B", "T", "init", "seed", "visible tokens", "ranks",
+    return markdown(["attack", "search", "d", "layers", "B", "T", "init", "seed", "visible tokens", "ranks",
                      "tokens per position (max)", "lengths searched", "token acc.", "ROUGE-1", "ROUGE-2", "exact",
                      "seconds"],
-                    [[r["attack"], r["width"], r["layers"], r["B"], r["T"], r["update"].split("init ")[-1], r["seed"],
+                    [[r["attack"], r.get("search") or ("whole lines" if r["attack"] == "dager" else "-"), r["width"],
+                      r["layers"], r["B"], r["T"], r["update"].split("init ")[-1], r["seed"],
                       r["visible_tokens"], ranks(r), r.get("max_tokens_per_position") or "-",
                       "-" if r.get("lengths_searched") is None else r["lengths_searched"] + r["lengths_enumerated"],
                       f"{r['token_accuracy']:.3f}", f"{r['rouge1']:.3f}", f"{r['rouge2']:.3f}",
