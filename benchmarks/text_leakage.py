@@ -11,6 +11,7 @@
     .venv/bin/python -m benchmarks.text_leakage --encoder-grid --attack tag --steps 1000 --seeds 0,1
     .venv/bin/python -m benchmarks.text_leakage --family llama --width 256 --layers 4 --B 16 --T 16 --seeds 0,1
     .venv/bin/python -m benchmarks.text_leakage --family llama --matching-grid --attack tag --seeds 0,1
+    .venv/bin/python -m benchmarks.text_leakage --checkpoint FOLDER --B 4 --T 32 [--attack tag]  # e.g. a pretrained model
     .venv/bin/python -m benchmarks.text_leakage --table              # docs/results/text.md's table
 
 Text: sentences of 4 to 20 words from the standard library's docstrings (fedaudit/models/text_tiny.py's corpus; the
@@ -42,6 +43,7 @@ import os
 import random
 import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -49,7 +51,7 @@ from benchmarks.common import RESULTS
 from fedaudit.attacks.text import TEXT_ATTACKS
 from fedaudit.client.text_capture import capture_text_update
 from fedaudit.conversion import to_average_gradient
-from fedaudit.io.text_checkpoint import TextCheckpoint
+from fedaudit.io.text_checkpoint import TextCheckpoint, load_text_checkpoint
 from fedaudit.labels.text_classes import classifier_classes
 from fedaudit.metrics.text import text_scores
 from fedaudit.models.text_tiny import add_lora, bert, corpus, gpt2, llama, train_tokenizer, train_wordpiece
@@ -96,15 +98,22 @@ def sentences() -> list[str]:
 def run(width: int, layers: int, heads: int, b: int, t: int, seed: int, tokenizer, lora: int = 0,
         fresh: bool = False, attack: str = "dager", steps: int | None = None, local_steps: int = 1,
         lr: float | None = None, double: bool = False, steps_at: str | None = None, init_range: float | None = None,
-        shortlist: int | None = None, family: str = "gpt2") -> dict:
+        shortlist: int | None = None, family: str = "gpt2", checkpoint: str | None = None) -> dict:
     """One row: B lines (K x B for a FedAvg delta of K local steps at ``lr``) sampled by ``seed``, captured on a
     model initialised by ``seed``, attacked, scored against every line of the round. ``init_range``: a BERT-shaped
     classifier at that initializer_range (the tokenizer a WordPiece one), its lines labelled at random. ``family``
     llama: a LLaMA decoder (32,000 rows, rotary positions, the start token the client prepends); TAG and LAMP are
-    given the batch's padded length (``--length``: rotary positions leave nothing to read it from)."""
+    given the batch's padded length (``--length``: rotary positions leave nothing to read it from). ``checkpoint``: a
+    Hugging Face folder (a pretrained model; its own tokenizer, width and layers; a classifier's lines labelled at
+    random among its classes) instead of a random-init model."""
     rng = random.Random(seed)
     lines = rng.sample(sentences(), b * local_steps)
-    if init_range is not None:
+    if checkpoint:
+        ckpt = load_text_checkpoint(checkpoint)
+        tokenizer, width, layers = ckpt.tokenizer, ckpt.width, ckpt.layers
+        if ckpt.kind == "encoder":
+            lines = [f"{rng.randrange(int(ckpt.model.config.num_labels))}\t{line}" for line in lines]
+    elif init_range is not None:
         net = bert(tokenizer, width, layers, heads, positions=512, seed=seed, init_range=init_range,
                    vocab_size=BERT_VOCAB)
         ckpt = TextCheckpoint(net, tokenizer, "bert", "encoder", "benchmark", "")
@@ -129,10 +138,11 @@ def run(width: int, layers: int, heads: int, b: int, t: int, seed: int, tokenize
         options["steps-at"] = steps_at
     if shortlist is not None and attack == "dager":
         options["shortlist"] = shortlist
-    if family == "llama" and attack != "dager":
+    encoder = ckpt.kind == "encoder"
+    if ckpt.model_type == "llama" and attack != "dager":
         options["length"] = int(batch.ids.shape[1])  # the padded length, start token included (an oracle: module doc)
     classes = None
-    if init_range is not None and attack != "dager":  # the job's label count (fedaudit/jobs/text_reconstruct.py)
+    if encoder and attack != "dager":  # the job's label count (fedaudit/jobs/text_reconstruct.py)
         classes, _ = classifier_classes(ckpt, grads, b)
     torch.manual_seed(seed)
     t0 = time.perf_counter()
@@ -143,9 +153,11 @@ def run(width: int, layers: int, heads: int, b: int, t: int, seed: int, tokenize
     scores = text_scores(true, [tokenizer.decode(s) for s in true], result.sequences,
                          [tokenizer.decode(s) for s in result.sequences])
     update = "full" if not lora else f"lora r={lora}" + (" fresh" if fresh else "")
-    if family == "llama":
+    if checkpoint:
+        update += f" {ckpt.model_type} folder {Path(checkpoint).name}"
+    elif family == "llama":
         update += " LLaMA"
-    if init_range is not None:
+    elif init_range is not None:
         update += f" BERT init {init_range:g}"
     if local_steps > 1:
         update += f" FedAvg K={local_steps} lr={lr:g}" + (" float64" if double else "")
@@ -164,8 +176,7 @@ def run(width: int, layers: int, heads: int, b: int, t: int, seed: int, tokenize
                                                       "objective", "length", "tau", "per_step", "replay_residual",
                                                       "round_off", "lengths_enumerated", "lengths_searched",
                                                       "lengths_revisited")},
-            "search": f"shortlist {options.get('shortlist', 8)}, best first" if init_range is not None
-            and attack == "dager" else None,
+            "search": f"shortlist {options.get('shortlist', 8)}, best first" if encoder and attack == "dager" else None,
             "true_steps": cap.step.tolist() if local_steps > 1 else None,
             "local_step": result.diagnostics.get("local_step"),
             "steps_right": sum(steps_right) if local_steps > 1 else None,
@@ -242,10 +253,13 @@ def main(argv=None) -> int:
     ap.add_argument("--init-range", type=float, default=0.1, help="the encoder rows' initializer_range")
     ap.add_argument("--shortlist", type=int, help="DAGER's encoder search: its --shortlist (its default otherwise)")
     ap.add_argument("--family", choices=("gpt2", "llama"), default="gpt2", help="the decoder rows' family")
+    ap.add_argument("--checkpoint", help="a Hugging Face folder (e.g. a pretrained model) for the rows: its tokenizer, "
+                    "width and layers; --B, --T, --lora, --attack, --seeds apply")
+    ap.add_argument("--out", type=Path, default=OUT, help="the rows' file")
     ap.add_argument("--table", action="store_true")
     args = ap.parse_args(argv)
     if args.table:
-        rows = [json.loads(line) for line in OUT.read_text().splitlines() if line.strip()]
+        rows = [json.loads(line) for line in args.out.read_text().splitlines() if line.strip()]
         encoder = [r for r in rows if "BERT" in r.get("update", "")]
         print(table([r for r in rows if not r.get("true_steps") and r not in encoder]))
         print(encoder_table(encoder))
@@ -264,7 +278,9 @@ def main(argv=None) -> int:
                  args.lora, args.fresh)]
     if args.local_steps > 1:
         rounds = [(args.local_steps, args.lr)]
-    tokenizer = train_wordpiece(8000) if args.encoder_grid else train_tokenizer(8000)
+    if args.checkpoint:  # the folder's own width, layers and tokenizer
+        grid = [(0, 0, 0, args.B or 4, args.T or 32, args.lora, args.fresh)]
+    tokenizer = None if args.checkpoint else train_wordpiece(8000) if args.encoder_grid else train_tokenizer(8000)
     init_range = args.init_range if args.encoder_grid else None
     seeds = [int(x) for x in args.seeds.split(",")] if args.seeds else [args.seed]
     for width, layers, heads, b, t, lora, fresh in grid:
@@ -274,9 +290,9 @@ def main(argv=None) -> int:
                       else rounds):
             for seed in seeds:
                 row = run(width, layers, heads, b, t, seed, tokenizer, lora, fresh, args.attack, args.steps, k, lr,
-                          args.double, args.steps_at, init_range, args.shortlist, args.family)
+                          args.double, args.steps_at, init_range, args.shortlist, args.family, args.checkpoint)
                 print(json.dumps(row), file=sys.stderr, flush=True)
-                with OUT.open("a") as f:
+                with args.out.open("a") as f:
                     f.write(json.dumps(row) + "\n")
     return 0
 
