@@ -98,16 +98,18 @@ def sentences() -> list[str]:
 def run(width: int, layers: int, heads: int, b: int, t: int, seed: int, tokenizer, lora: int = 0,
         fresh: bool = False, attack: str = "dager", steps: int | None = None, local_steps: int = 1,
         lr: float | None = None, double: bool = False, steps_at: str | None = None, init_range: float | None = None,
-        shortlist: int | None = None, family: str = "gpt2", checkpoint: str | None = None) -> dict:
+        shortlist: int | None = None, family: str = "gpt2", checkpoint: str | None = None, join: int = 1) -> dict:
     """One row: B lines (K x B for a FedAvg delta of K local steps at ``lr``) sampled by ``seed``, captured on a
     model initialised by ``seed``, attacked, scored against every line of the round. ``init_range``: a BERT-shaped
     classifier at that initializer_range (the tokenizer a WordPiece one), its lines labelled at random. ``family``
     llama: a LLaMA decoder (32,000 rows, rotary positions, the start token the client prepends); TAG and LAMP are
     given the batch's padded length (``--length``: rotary positions leave nothing to read it from). ``checkpoint``: a
     Hugging Face folder (a pretrained model; its own tokenizer, width and layers; a classifier's lines labelled at
-    random among its classes) instead of a random-init model."""
+    random among its classes) instead of a random-init model. ``join``: each line ``join`` sentences joined (long
+    lines, e.g. about 60 tokens at 4, cut by the capture to T - 1)."""
     rng = random.Random(seed)
-    lines = rng.sample(sentences(), b * local_steps)
+    drawn = rng.sample(sentences(), b * local_steps * join)
+    lines = [" ".join(drawn[i:i + join]) for i in range(0, len(drawn), join)]
     if checkpoint:
         ckpt = load_text_checkpoint(checkpoint)
         tokenizer, width, layers = ckpt.tokenizer, ckpt.width, ckpt.layers
@@ -161,6 +163,8 @@ def run(width: int, layers: int, heads: int, b: int, t: int, seed: int, tokenize
         update += f" BERT init {init_range:g}"
     if local_steps > 1:
         update += f" FedAvg K={local_steps} lr={lr:g}" + (" float64" if double else "")
+    if join > 1:
+        update += f", lines of {join} sentences"
     # a delta's lines: is each recovered line's local step (DAGER's replay) the step the client used it in?
     where = {tuple(s): int(k) for s, k in zip(true, cap.step.tolist())}
     steps_right = [where.get(tuple(s)) == k for s, k in zip(result.sequences, result.diagnostics.get("local_step") or [])]
@@ -256,6 +260,7 @@ def main(argv=None) -> int:
     ap.add_argument("--checkpoint", help="a Hugging Face folder (e.g. a pretrained model) for the rows: its tokenizer, "
                     "width and layers; --B, --T, --lora, --attack, --seeds apply")
     ap.add_argument("--out", type=Path, default=OUT, help="the rows' file")
+    ap.add_argument("--join", type=int, default=1, help="sentences per line (long lines for T = 64)")
     ap.add_argument("--table", action="store_true")
     args = ap.parse_args(argv)
     if args.table:
@@ -290,7 +295,8 @@ def main(argv=None) -> int:
                       else rounds):
             for seed in seeds:
                 row = run(width, layers, heads, b, t, seed, tokenizer, lora, fresh, args.attack, args.steps, k, lr,
-                          args.double, args.steps_at, init_range, args.shortlist, args.family, args.checkpoint)
+                          args.double, args.steps_at, init_range, args.shortlist, args.family, args.checkpoint,
+                          args.join)
                 print(json.dumps(row), file=sys.stderr, flush=True)
                 with args.out.open("a") as f:
                     f.write(json.dumps(row) + "\n")

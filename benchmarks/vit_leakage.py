@@ -67,18 +67,21 @@ def run(model: str, b: int, attack: str, iterations: int, seed: int) -> dict:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| model | B | attack | iterations | PSNR (dB) | vs blank floor | identified | band | s / iteration |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
+    """The rows sorted by model, B, seed (the attacks in run order), "not applicable" rows with their reason."""
+    lines = ["| model | B | seed | attack | iterations | PSNR (dB) | vs blank floor | identified | band | s / iteration |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    order = list(MODELS)
+    for r in sorted(rows, key=lambda r: (order.index(r["model"]), r["B"], r["seed"])):
+        head = f"| {r['model']} | {r['B']} | {r['seed']} | {r['attack']}"
         if "not_applicable" in r:
-            lines.append(f"| {r['model']} | {r['B']} | {r['attack']} | - | not applicable | | | | |")
+            lines.append(f"{head} | - | not applicable | | | | |")
             continue
         ident = "n/a" if r["identified"] is None else f"{r['identified']:.2f}"
         closed = r["attack"] == "april"
         its = "closed form" if closed else r["iterations"]
         pace = f"{r['attack_seconds']:.3f} s (one solve)" if closed else f"{r['seconds_per_iteration']:.3f}"
-        lines.append(f"| {r['model']} | {r['B']} | {r['attack']} | {its} | {r['psnr']:.1f} | "
-                     f"{r['above_floor']:+.1f} | {ident} | {r['band']} {r['range']} | {pace} |")
+        lines.append(f"{head} | {its} | {r['psnr']:.1f} | {r['above_floor']:+.1f} | {ident} | {r['band']} {r['range']} "
+                     f"| {pace} |")
     return "\n".join(lines) + "\n"
 
 
