@@ -148,7 +148,8 @@ def run(width: int, layers: int, heads: int, b: int, t: int, seed: int, tokenize
         classes, _ = classifier_classes(ckpt, grads, b)
     torch.manual_seed(seed)
     t0 = time.perf_counter()
-    result = TEXT_ATTACKS.get(attack)(**options).run(ckpt, grads, meta.batch_size, local_steps, local, labels=classes)
+    method = TEXT_ATTACKS.get(attack)(**options)
+    result = method.run(ckpt, grads, meta.batch_size, local_steps, local, labels=classes)
     seconds = time.perf_counter() - t0
     lead = ckpt.lead  # an encoder's [CLS]
     true = [batch.ids[i, lead: n - 1].tolist() for i, n in enumerate(batch.lengths)]
@@ -180,7 +181,7 @@ def run(width: int, layers: int, heads: int, b: int, t: int, seed: int, tokenize
                                                       "objective", "length", "tau", "per_step", "replay_residual",
                                                       "round_off", "lengths_enumerated", "lengths_searched",
                                                       "lengths_revisited")},
-            "search": f"shortlist {options.get('shortlist', 8)}, best first" if encoder and attack == "dager" else None,
+            "search": f"shortlist {method.opts['shortlist']}, best first" if encoder and attack == "dager" else None,
             "true_steps": cap.step.tolist() if local_steps > 1 else None,
             "local_step": result.diagnostics.get("local_step"),
             "steps_right": sum(steps_right) if local_steps > 1 else None,

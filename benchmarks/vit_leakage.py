@@ -67,7 +67,7 @@ def run(model: str, b: int, attack: str, iterations: int, seed: int) -> dict:
 
 
 def table(rows: list[dict]) -> str:
-    """The rows sorted by model, B, seed (the attacks in run order), "not applicable" rows with their reason."""
+    """The rows sorted by model, B, seed (the attacks in run order; "not applicable" where the attack said so)."""
     lines = ["| model | B | seed | attack | iterations | PSNR (dB) | vs blank floor | identified | band | s / iteration |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     order = list(MODELS)

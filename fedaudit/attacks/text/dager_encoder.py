@@ -167,6 +167,13 @@ class EncoderSearch:
                     new += 1
             return new
 
+        def keep_closest(closest: tuple[float, list[int]] | None) -> None:
+            """Keep a length's closest line, not exact, where it found none (once)."""
+            if closest is not None and closest[1] not in lines:
+                lines.append(closest[1])
+                scores.append(closest[0])
+                exact.append(False)
+
         def known() -> list[list[int]]:
             return [line for line, e in zip(lines, exact) if e]
 
@@ -188,10 +195,8 @@ class EncoderSearch:
                 hits, closest = self._enumerate(front, span, lists, kind, cls, sep)
                 enumerated += 1
                 add(hits)
-                if not hits and closest is not None and closest[1] not in lines:
-                    lines.append(closest[1])
-                    scores.append(closest[0])
-                    exact.append(False)
+                if not hits:
+                    keep_closest(closest)
                 continue
             hits, closest = self._descend(front, span, lists, kind, cls, sep, 1, known(), starts=1)
             add(hits)
@@ -209,10 +214,8 @@ class EncoderSearch:
                                           attempt=1)
             if add(hits) or not missed:
                 productive.append((kind, lists))
-            elif closest is not None and closest[1] not in lines:
-                lines.append(closest[1])
-                scores.append(closest[0])
-                exact.append(False)
+            else:
+                keep_closest(closest)
         # 3. a search stops after a round of starts finds no new line, which can leave one of a length holding many
         # (measured: 5 of 6 lines of one length, B = 8 at width 256); while fewer than B lines are exact, the
         # lengths that gave lines are searched again from other starts, each move scoring every token on the whole
