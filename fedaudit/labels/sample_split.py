@@ -73,6 +73,9 @@ class _Split:
         # one such start among many must not end the search; float rounding decides which start it is, so it
         # happens on some CPUs and not others)
         x, info = torch.linalg.solve_ex(a.transpose(-1, -2), self.su.expand(a.shape[0], self.b, self.c))
+        with torch.no_grad():  # singular to working precision (numpy's matrix_rank tolerance): LU may not see an
+            s = torch.linalg.svdvals(a.detach())  # exact zero pivot there, and returns a huge, meaningless split
+            info = torch.where(s[..., -1] <= s[..., 0] * a.shape[-1] * torch.finfo(a.dtype).eps, 1, info)
         e = self.b * x
         q = p - e
         if y is None:  # distance of each row to its nearest vertex of the simplex
