@@ -130,6 +130,52 @@ def test_llg_plus_with_labelled_aux_and_llg_star_with_dummies(tmp_path):
         assert sum(min(a, b) for a, b in zip(r.counts_int.tolist(), _counts(labels))) >= 6
 
 
+def test_llg_plus_calibration_is_kept_per_model_aux_and_batch_size(tmp_path, monkeypatch):
+    """The aux row sums depend on the model, the aux set and B, not on the update: a second client of the same model
+    reuses them (no forward pass) with the same counts as a fresh calibration; another model's or B's are made anew."""
+    from fedaudit.labels import llg_plus
+
+    monkeypatch.setattr(llg_plus, "_CALIBRATED", llg_plus.OrderedDict())
+    tm, _, _ = _make(tmp_path, "convnet", [4, 4, 4, 1, 1, 9, 0, 0], {"width": 4}, bn_mode="train")
+    (tmp_path / "b").mkdir()
+    tm2, _, _ = _make(tmp_path / "b", "convnet", [2, 2, 3, 3, 5, 5, 7, 8], {"width": 4}, bn_mode="train")
+    x, y = mnist_digits(pad_to=32)
+    aux = Aux(x[::20], y[::20], "images")
+    fresh = _job("llg-plus", tm, aux=aux, repeats=2).result()
+    assert len(llg_plus._CALIBRATED) == 1
+    calls = []
+    monkeypatch.setattr(llg_plus, "class_rowsums", lambda *a: calls.append(a) or torch.zeros(10, dtype=torch.float64))
+    again = _job("llg-plus", tm, aux=aux, repeats=2).result()  # the same checkpoint: kept sums, no pass
+    assert calls == [] and again.counts_int.tolist() == fresh.counts_int.tolist()
+    assert again.diagnostics["impact"] == fresh.diagnostics["impact"]
+    _job("llg-plus", tm2, aux=aux, repeats=2).result()  # same model, other update: kept
+    assert calls == []
+    with torch.no_grad():
+        next(tm.model.parameters()).add_(0.01)  # another model: made anew
+    _job("llg-plus", tm, aux=aux, repeats=2).result()
+    assert len(calls) == 2 * 10 and len(llg_plus._CALIBRATED) == 2
+
+
+def test_llg_plus_reads_batch_independent_features_in_one_pass(tmp_path, monkeypatch):
+    """Without train-mode BatchNorm a sample's features do not depend on its batch: the aux set's one pass gives the
+    same row sums as the reference's batch-by-batch passes (the same batches drawn)."""
+    from fedaudit.labels import llg_plus
+
+    monkeypatch.setattr(llg_plus, "_CALIBRATED", llg_plus.OrderedDict())
+    tm, _, _ = _make(tmp_path, "convnet", [4, 4, 1, 9, 0, 0], {"width": 4})
+    assert not tm.train_bn
+    x, y = mnist_digits(pad_to=32)
+    aux = Aux(x[::25], y[::25], "images")
+    method = LABEL_METHODS.get("llg-plus")({"repeats": 2})
+    sums, seen = method.calibration(tm, aux, aux.labels, 6, 0)
+    g = torch.Generator().manual_seed(0)
+    for i in range(10):
+        pool = torch.nonzero(aux.labels == i).flatten()
+        reps = [llg_plus.class_rowsums(tm, aux.images[pool[torch.randint(len(pool), (6,), generator=g)]], i, False)
+                for _ in range(2)]
+        assert bool(seen[i]) and torch.allclose(sums[i], torch.stack(reps).mean(0), rtol=1e-5, atol=1e-6)
+
+
 def test_hfgi_guards_and_determinism(tmp_path):
     rng = np.random.default_rng(0)
     for _ in range(200):  # Rs and mutation keep every entry >= 1 and the sum exact

@@ -8,8 +8,6 @@ import sys
 import numpy as np
 import pytest
 
-from fedaudit.io.files import read_safetensors
-
 from .helpers import ROOT, SAMPLE_NAMES, SAMPLES, assert_regenerated
 
 # Two steps through the ConvNet's max-pools: on a Sapphire Rapids CPU a flipped argmax moved the update by 1.7e-3
