@@ -1,13 +1,16 @@
-"""Held-out check of SPLIT_MAX_FIT (``auto`` keeps sample-split's answer where its fit is at most this): on batches
-the threshold was not chosen on (another image source, other batches), each batch is read twice by ``auto``, once as
-shipped and once with sample-split never kept, so that any threshold's reading of the batch is known: sample-split's
-answer where its fit is at most the threshold, the route below it otherwise.
+"""Held-out check of the thresholds that keep a split route's answer in ``auto``: SPLIT_MAX_FIT (sample-split kept
+where its fit is at most this) and HIDDEN_MIN_RESOLVED (hidden-split kept where it verified at least this share of
+the batch). On batches a threshold was not chosen on (another image source, other batches), each batch is read by
+``auto`` with the route kept and with it never kept, so that any threshold's reading of the batch is known: the
+split's answer where the threshold keeps it, the route below otherwise.
 
     PYTHONPATH=. .venv/bin/python -m benchmarks.labels_split_threshold --data digits --batch-seed 2
+    PYTHONPATH=. .venv/bin/python -m benchmarks.labels_split_threshold --route hidden-split --models mlp-bias --B 8,16,32
 
-The threshold was chosen on benchmarks.labels' main table (MNIST, batch seed 0): final fits 1e-9 to 1e-4, failed
-searches 1e-2 to 1e-1. Writes OUT/labels_split_threshold_<data>_batches<N>.jsonl (one line per batch) and prints
-InsAcc per threshold with the paired difference to the shipped one (docs/results/labels.md, "sample-split").
+Both were chosen on benchmarks.labels' main table (MNIST, batch seed 0): sample-split's final fits 1e-9 to 1e-4,
+failed searches 1e-2 to 1e-1; hidden-split verified 34-100% at B = 16-32, 23-50% at 64. Writes
+OUT/labels_split_threshold[_hidden]_<data>_batches<N>.jsonl (one line per batch) and prints InsAcc per threshold with
+the paired difference to the shipped one (docs/results/labels.md, "sample-split", "hidden-split").
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -24,68 +28,94 @@ from benchmarks.labels import DISTS, FEDSGD_MODELS, cell_batches, data, make_mod
 from fedaudit.client.capture import CaptureConfig
 from fedaudit.jobs import Aux, LabelJob, Session
 from fedaudit.labels.auto_routes import split
-from fedaudit.labels.auto_routes.calibration import SPLIT_MAX_FIT
 from fedaudit.metrics.labels import counts, label_metrics
 
-THRESHOLDS = (1e-5, 1e-4, 1e-3, 1e-2, 1e-1, float("inf"))
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    constant: str  # its threshold's name in fedaudit.labels.auto_routes.split
+    key: str  # the method's diagnostic the threshold reads
+    never: float  # a threshold value that never keeps the answer
+    thresholds: tuple[float, ...]
+
+    def value(self, diagnostics: dict, b: int) -> float:
+        """The number the threshold is compared with: the fit, or the share of the batch verified."""
+        return float(diagnostics[self.key]) / (b if self.key == "resolved" else 1)
+
+    def keeps(self, value: float, threshold: float) -> bool:
+        return value <= threshold if self.key == "fit" else value >= threshold
 
 
-def read_twice(tm, truth, seed: int, aux: Aux) -> dict:
-    """auto as shipped, and auto with sample-split's answer never kept (the route below it)."""
+ROUTES = {"sample-split": Route("sample-split", "SPLIT_MAX_FIT", "fit", -1.0, (1e-5, 1e-4, 1e-3, 1e-2, 1e-1, float("inf"))),
+          "hidden-split": Route("hidden-split", "HIDDEN_MIN_RESOLVED", "resolved", 2.0, (0.0, 0.25, 0.5, 0.75, 1.0))}
+
+
+def read_twice(tm, truth, seed: int, aux: Aux, route: Route) -> dict:
+    """The split's value and reading (where it ran), and auto's reading with the route never kept."""
     session = Session(seed=seed, aux=aux)
+    b = int(truth.sum())
     shipped = LabelJob(session, tm, "auto").result()
-    row = {"chosen": shipped.diagnostics["chosen"], "fit": shipped.diagnostics.get("fit"),
-           "shipped": label_metrics(shipped.counts_int, truth)["InsAcc"]}
-    if row["chosen"] != "sample-split":
-        return row
-    keep = split.SPLIT_MAX_FIT
-    split.SPLIT_MAX_FIT = -1.0  # never kept
-    try:
-        below = LabelJob(session, tm, "auto").result()
-    finally:
-        split.SPLIT_MAX_FIT = keep
-    row.update(below=label_metrics(below.counts_int, truth)["InsAcc"], below_chosen=below.diagnostics["chosen"])
+    d = shipped.diagnostics
+    row: dict = {"chosen": d["chosen"], "shipped": label_metrics(shipped.counts_int, truth)["InsAcc"]}
+    noted = d.get(route.method.replace("-", "_"))
+    if d["chosen"] == route.method:
+        row.update(value=route.value(d, b), split=row["shipped"])
+        keep = getattr(split, route.constant)
+        setattr(split, route.constant, route.never)
+        try:
+            below = LabelJob(session, tm, "auto").result()
+        finally:
+            setattr(split, route.constant, keep)
+        row.update(below=label_metrics(below.counts_int, truth)["InsAcc"], below_chosen=below.diagnostics["chosen"])
+    elif noted is not None:  # ran and was not kept: the shipped reading is the route below
+        row.update(value=route.value(noted, b), split=label_metrics(torch.tensor(noted["counts"]), truth)["InsAcc"],
+                   below=row["shipped"], below_chosen=d["chosen"])
     return row
 
 
-def summary(rows: list[dict]) -> str:
-    """InsAcc per threshold over the batches sample-split answered, and the paired difference to SPLIT_MAX_FIT."""
-    split_rows = [r for r in rows if r["chosen"] == "sample-split"]
-    if not split_rows:
-        return "no batch went to sample-split"
+def summary(rows: list[dict], route: Route = ROUTES["sample-split"]) -> str:
+    """InsAcc per threshold over the batches the split ran on, and the paired difference to the shipped threshold."""
+    ran = [r for r in rows if "value" in r]
+    if not ran:
+        return f"no batch went to {route.method}"
+    shipped = getattr(split, route.constant)
 
     def reading(r, t):
-        return r["shipped"] if r["fit"] <= t else r["below"]
+        return r["split"] if route.keeps(r["value"], t) else r["below"]
 
-    lines = [f"{len(split_rows)} of {len(rows)} batches went to sample-split (fits {min(r['fit'] for r in split_rows):.1e}"
-             f" .. {max(r['fit'] for r in split_rows):.1e})", "| threshold | kept | InsAcc | vs shipped |", "|---|---|---|---|"]
-    for t in THRESHOLDS:
-        diff = torch.tensor([reading(r, t) - reading(r, SPLIT_MAX_FIT) for r in split_rows], dtype=torch.float64)
+    lines = [f"{len(ran)} of {len(rows)} batches went to {route.method} ({route.key} {min(r['value'] for r in ran):.1e}"
+             f" .. {max(r['value'] for r in ran):.1e})", "| threshold | kept | InsAcc | vs shipped |", "|---|---|---|---|"]
+    for t in route.thresholds:
+        diff = torch.tensor([reading(r, t) - reading(r, shipped) for r in ran], dtype=torch.float64)
         se = float(diff.std() / len(diff) ** 0.5) if len(diff) > 1 else 0.0
-        acc = sum(reading(r, t) for r in split_rows) / len(split_rows)
-        kept = sum(r["fit"] <= t for r in split_rows)
+        acc = sum(reading(r, t) for r in ran) / len(ran)
+        kept = sum(route.keeps(r["value"], t) for r in ran)
         lines.append(f"| {t:g} | {kept} | {100 * acc:.1f}% | {100 * float(diff.mean()):+.1f} +- {100 * se:.1f} |")
     return "\n".join(lines)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--route", choices=list(ROUTES), default="sample-split")
     ap.add_argument("--data", choices=["mnist", "digits"], default="digits")
     ap.add_argument("--batch-seed", type=int, default=2)
     ap.add_argument("--models", default="lenet,lenet-torch,convnet,resnet10")
-    ap.add_argument("--B", type=int, default=8)
+    ap.add_argument("--B", default="8", help="comma list of batch sizes")
     ap.add_argument("--trials", type=int, default=4)
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--summary", type=Path, help="print the summary of a stored JSONL file and exit")
     args = ap.parse_args(argv)
+    route = ROUTES[args.route]
     if args.summary:
-        print(summary([json.loads(line) for line in args.summary.read_text().splitlines()]))
+        print(summary([json.loads(line) for line in args.summary.read_text().splitlines()], route))
         return 0
     torch.set_num_threads(2)
     train_xy, (ax, ay), (px, py) = data(dataset=args.data)
     epoch_scale = round(3500 / len(train_xy[1]))
     aux = Aux(ax, ay, "images")
-    path = args.out / f"labels_split_threshold_{args.data}_batches{args.batch_seed}.jsonl"
+    tag = "" if args.route == "sample-split" else "_hidden"
+    path = args.out / f"labels_split_threshold{tag}_{args.data}_batches{args.batch_seed}.jsonl"
     args.out.mkdir(parents=True, exist_ok=True)
     rows = []
     with path.open("w") as f:
@@ -93,15 +123,17 @@ def main(argv=None) -> int:
             label, arch, kwargs, head_init, epochs = FEDSGD_MODELS[key]
             spec, init_model = make_model(arch, kwargs, head_init=head_init)
             model = train(init_model, spec, train_xy, epochs * epoch_scale)
-            for dist in DISTS:
-                for t, idx in enumerate(cell_batches(py, args.B, dist, args.trials, args.batch_seed)):
-                    tm = threat_model(spec, model, px[idx], py[idx], CaptureConfig(batch_size=args.B, bn_mode="train"))
-                    row = {"model": label, "dist": dist, "trial": t, **read_twice(tm, counts(py[idx], 10), t, aux)}
-                    rows.append(row)
-                    f.write(json.dumps(row) + "\n")
-                    f.flush()
+            for b in [int(v) for v in args.B.split(",")]:
+                for dist in DISTS:
+                    for t, idx in enumerate(cell_batches(py, b, dist, args.trials, args.batch_seed)):
+                        tm = threat_model(spec, model, px[idx], py[idx], CaptureConfig(batch_size=b, bn_mode="train"))
+                        row = {"model": label, "B": b, "dist": dist, "trial": t,
+                               **read_twice(tm, counts(py[idx], 10), t, aux, route)}
+                        rows.append(row)
+                        f.write(json.dumps(row) + "\n")
+                        f.flush()
             print(f"{label}: done", file=sys.stderr, flush=True)
-    print(summary(rows))
+    print(summary(rows, route))
     return 0
 
 
