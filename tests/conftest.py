@@ -13,7 +13,7 @@ os.environ.setdefault("ATEN_CPU_CAPABILITY", "avx2")
 os.environ.setdefault("ONEDNN_MAX_CPU_ISA", "AVX2")
 # One torch thread in every process the tests start too (the CLI in subprocesses, the README's fork server, a round's
 # workers): beside the other pytest-xdist worker a second OpenMP thread per process oversubscribes the cores, and
-# OpenMP's spinning threads then made the README's blocks take 131 s instead of 36.
+# OpenMP's spinning threads then made the README's blocks take 131 s instead of 40-49 s in the suite.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from pathlib import Path  # noqa: E402

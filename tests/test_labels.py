@@ -167,7 +167,7 @@ def test_llg_plus_reads_batch_independent_features_in_one_pass(tmp_path, monkeyp
     x, y = mnist_digits(pad_to=32)
     aux = Aux(x[::25], y[::25], "images")
     method = LABEL_METHODS.get("llg-plus")({"repeats": 2})
-    sums, seen = method.calibration(tm, aux, aux.labels, 6, 0)
+    sums, seen = method.calibration(tm, aux, 6, 0)
     g = torch.Generator().manual_seed(0)
     for i in range(10):
         pool = torch.nonzero(aux.labels == i).flatten()

@@ -10,8 +10,8 @@ import pytest
 
 from .helpers import ROOT, SAMPLE_NAMES, SAMPLES, assert_regenerated
 
-# Two steps through the ConvNet's max-pools: on a Sapphire Rapids CPU a flipped argmax moved the update by 1.7e-3
-# of its norm (everything else there stays within 1e-6).
+# Two steps through the ConvNet's max-pools: on a Sapphire Rapids CPU a flipped argmax moved an entry of the update
+# by 7.8e-4 of its largest (the other samples stay within 1e-6 there).
 LOOSER = {"convnet_fedavg_bn": 1e-2}
 
 

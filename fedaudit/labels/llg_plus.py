@@ -21,7 +21,6 @@ from __future__ import annotations
 from collections import OrderedDict
 
 import torch
-from torch import nn
 from torch.nn import functional as F
 
 from fedaudit.errors import NotApplicable
@@ -31,6 +30,7 @@ from fedaudit.labels.llg import greedy_counts
 from fedaudit.labels.registry import LABEL_METHODS
 from fedaudit.methods import MethodOption
 from fedaudit.models.digest import state_digest, tensors_digest
+from fedaudit.models.head import draws_random
 from fedaudit.requirements import BATCH_SIZE, FINAL_WEIGHT_GRAD
 from fedaudit.session import Aux, Session
 from fedaudit.threat_model import ThreatModel
@@ -63,8 +63,7 @@ class LLGPlus(LabelMethod):
         aux = self.aux_of(session)
         if aux.labels is None:
             raise NotApplicable("llg-plus: needs labelled auxiliary images (--aux-labels, or a 'labels' tensor)")
-        aux_labels = aux.labels
-        sums, seen = self.calibration(tm, aux, aux_labels, b, session.seed)
+        sums, seen = self.calibration(tm, aux, b, session.seed)
         if seen.sum() < 2:
             raise ValueError("llg-plus needs auxiliary samples of at least two classes")
         offset = torch.stack([sums[seen & (torch.arange(c) != j), j].mean() for j in range(c)])
@@ -80,12 +79,12 @@ class LLGPlus(LabelMethod):
         return LabelResult(raw, counts, {"impact": per_class.tolist(), "offset": offset.tolist(), "aux": aux.kind,
                                          "classes_without_aux": torch.nonzero(~seen).flatten().tolist()})
 
-    def calibration(self, tm: ThreatModel, aux: Aux, aux_labels: torch.Tensor, b: int,
-                    seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def calibration(self, tm: ThreatModel, aux: Aux, b: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(sums [C, C]: sums[i] the mean row sums of ``--repeats`` batches of B aux samples of class i; seen [C]:
         the classes with aux samples), from ``_CALIBRATED`` where the same model, aux set and settings made them."""
-        c, repeats = tm.spec.num_classes, self.opt("repeats")
-        random = tm.train_bn and any(isinstance(m, nn.modules.dropout._DropoutNd) for m in tm.model.modules())
+        c, repeats, aux_labels = tm.spec.num_classes, self.opt("repeats"), aux.labels
+        assert aux_labels is not None  # run() says "not applicable" without them
+        random = draws_random(tm.model, tm.train_bn)
         key = None if random else (
             state_digest(tm.model), tensors_digest([aux.images, aux_labels]), aux.normalized, b, seed, repeats,
             tm.train_bn, tm.output_layer, repr(tm.spec), str(next(tm.model.parameters()).device))
@@ -98,8 +97,7 @@ class LLGPlus(LabelMethod):
         seen = torch.zeros(c, dtype=torch.bool)
         # a sample's features do not depend on its batch-mates (no train-mode BatchNorm): one pass over the aux set,
         # then each batch's row sums are the mean of its members' (the same batches as batch by batch)
-        alone = not tm.train_bn or not any(isinstance(m, (nn.modules.batchnorm._BatchNorm, nn.modules.dropout._DropoutNd))
-                                           for m in tm.model.modules())
+        alone = not tm.train_bn or not (tm.has_batchnorm or random)
         rows = hsum = None
         if alone:
             h, p = head_stats(tm, aux.images, normalized=aux.normalized)

@@ -26,5 +26,5 @@ def state_digest(model: nn.Module) -> str:
     """The digest of a model's parameters and buffers, with their names and its mode."""
     named = [*model.named_parameters(), *model.named_buffers()]
     h = hashlib.blake2b(digest_size=16)
-    h.update(repr([(n, type(model).__name__, model.training) for n, _ in named]).encode())
+    h.update(repr((type(model).__name__, model.training, [n for n, _ in named])).encode())
     return tensors_digest([t for _, t in named], into=h)

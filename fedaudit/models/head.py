@@ -66,6 +66,12 @@ def shared_head_passes():
         _LOCAL.passes = outer
 
 
+def draws_random(model: nn.Module, train: bool) -> bool:
+    """Whether a forward in train mode (``train``) draws random numbers: dropout then masks at random, so two passes
+    over the same images differ and their results must not be shared or kept."""
+    return train and any(isinstance(m, nn.modules.dropout._DropoutNd) for m in model.modules())
+
+
 def _hooked(model: nn.Module) -> bool:
     """Whether a forward hook watches the pass (gdbr reads a layer's output so): such a pass is never shared."""
     from torch.nn.modules import module as module_globals
@@ -84,8 +90,7 @@ def output_layer_io(model: nn.Module, spec: ModelSpec, final_layer: str, images:
     (where the label methods' algebra runs, beside the update's tensors, whatever device the model is on).
     In train-mode BN the statistics are those of each chunk (the whole batch when it fits one chunk)."""
     passes = getattr(_LOCAL, "passes", None)
-    if passes is None or _hooked(model) \
-            or train_bn and any(isinstance(m, nn.modules.dropout._DropoutNd) for m in model.modules()):
+    if passes is None or _hooked(model) or draws_random(model, train_bn):
         return _output_layer_io(model, spec, final_layer, images, train_bn, normalized, chunk)
     key = (final_layer, train_bn, normalized, chunk, spec, _state_stamp(model))
     for k, ref, kept, version, h, z in passes:
