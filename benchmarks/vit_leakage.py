@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import RESULTS, threat_model
+from benchmarks.common import RESULTS, markdown, threat_model
 from fedaudit.client.capture import CaptureConfig
 from fedaudit.data.offline import CIFAR10_MEAN, CIFAR10_STD, foolbox_samples, imagenet_samples
 from fedaudit.errors import NotApplicable
@@ -68,21 +68,19 @@ def run(model: str, b: int, attack: str, iterations: int, seed: int) -> dict:
 
 def table(rows: list[dict]) -> str:
     """The rows sorted by model, B, seed (the attacks in run order; "not applicable" where the attack said so)."""
-    lines = ["| model | B | seed | attack | iterations | PSNR (dB) | vs blank floor | identified | band | s / iteration |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
     order = list(MODELS)
+    cells = []
     for r in sorted(rows, key=lambda r: (order.index(r["model"]), r["B"], r["seed"])):
-        head = f"| {r['model']} | {r['B']} | {r['seed']} | {r['attack']}"
+        head = [r["model"], r["B"], r["seed"], r["attack"]]
         if "not_applicable" in r:
-            lines.append(f"{head} | - | not applicable | | | | |")
+            cells.append(head + ["-", "not applicable", "", "", "", ""])
             continue
-        ident = "n/a" if r["identified"] is None else f"{r['identified']:.2f}"
         closed = r["attack"] == "april"
-        its = "closed form" if closed else r["iterations"]
-        pace = f"{r['attack_seconds']:.3f} s (one solve)" if closed else f"{r['seconds_per_iteration']:.3f}"
-        lines.append(f"{head} | {its} | {r['psnr']:.1f} | {r['above_floor']:+.1f} | {ident} | {r['band']} {r['range']} "
-                     f"| {pace} |")
-    return "\n".join(lines) + "\n"
+        cells.append(head + ["closed form" if closed else r["iterations"], f"{r['psnr']:.1f}", f"{r['above_floor']:+.1f}",
+                             "n/a" if r["identified"] is None else f"{r['identified']:.2f}", f"{r['band']} {r['range']}",
+                             f"{r['attack_seconds']:.3f} s (one solve)" if closed else f"{r['seconds_per_iteration']:.3f}"])
+    return markdown(["model", "B", "seed", "attack", "iterations", "PSNR (dB)", "vs blank floor", "identified", "band",
+                     "s / iteration"], cells)
 
 
 def main(argv=None) -> int:

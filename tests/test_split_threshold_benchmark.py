@@ -28,3 +28,19 @@ def test_hidden_split_keeps_a_share_verified_at_or_above_the_threshold():
     table = summary(rows, route).splitlines()
     assert "| 0.5 | 1 | 75.0% | +0.0 +- 0.0 |" in table
     assert "| 0 | 2 | 62.5% | -12.5 +- 12.5 |" in table and "| 1 | 1 | 75.0% | +0.0 +- 0.0 |" in table
+
+
+def test_the_cap_summary_counts_wrong_verified_samples_and_reads_the_cap():
+    """Above HIDDEN_MAX_BATCH the shipped route never runs, so the capped reading is the route below; with the cap
+    lifted a batch verified at or above HIDDEN_MIN_RESOLVED reads as the split."""
+    from benchmarks.labels_split_threshold import cap_summary
+    from fedaudit.labels.auto_routes.calibration import HIDDEN_MAX_BATCH
+
+    b = 2 * HIDDEN_MAX_BATCH
+    rows = [{"model": "m", "B": b, "chosen": "bias-count", "shipped": 0.5, "value": 0.75, "split": 0.25, "below": 0.5,
+             "wrong": 3},
+            {"model": "m", "B": b, "chosen": "bias-count", "shipped": 1.0, "value": 0.125, "split": 0.5, "below": 1.0,
+             "wrong": 1},
+            {"model": "m", "B": b, "chosen": "llg", "shipped": 0.75}]  # hidden-split did not apply
+    line = cap_summary(rows).splitlines()[2]
+    assert line == f"| m | {b} | 3 | 2 | {round(0.875 * b)} | 4 | 1 | 66.7% | 75.0% |"

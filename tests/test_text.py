@@ -103,11 +103,11 @@ def test_dager_checks_the_first_token_in_block_one(tiny):
 
 def ckpt_tokens_at_zero(ckpt, grads):
     """Step 1's tokens at position 0."""
-    from fedaudit.attacks.text.dager import Dager, input_span
+    from fedaudit.attacks.text.dager import TAU1, Dager, input_span
     from fedaudit.attacks.text.fronts import GPT2Front
 
     with torch.no_grad():
-        return Dager()._tokens(GPT2Front(ckpt.model), input_span(ckpt, grads, 0, None))[0]
+        return Dager()._tokens(GPT2Front(ckpt.model), input_span(ckpt, grads, 0, None), TAU1)[0]
 
 
 def test_a_deltas_rank_is_read_against_its_round_off():

@@ -204,7 +204,6 @@ class Dager(Method):
 
     def __init__(self, **opts):
         self.opts = self.parse_options(opts)
-        self.tau1, self.tau2 = self.opts["tau1"] or TAU1, self.opts["tau2"] or TAU2  # run() sets a delta's
 
     @staticmethod
     def reasons(ckpt: TextCheckpoint, gradients: dict[str, torch.Tensor], local_steps: int = 1) -> list[str]:
@@ -241,14 +240,15 @@ class Dager(Method):
             raise NotApplicable(f"a delta of {local_steps} local steps needs its learning rate, its change and the "
                                 "batch size (fedaudit.local_lr, fedaudit.batch_size)")
         tol = self.opts["rank-tol"] or None
-        self.tau1 = self.opts["tau1"] or (DELTA_TAU if multi else TAU1)
-        self.tau2 = self.opts["tau2"] or (DELTA_TAU if multi else TAU2)
+        # the span thresholds of this run (step 1's, step 2's): a value passed along, never the attack's state, so
+        # that one run's widened retry does not carry into the next
+        tau = (self.opts["tau1"] or (DELTA_TAU if multi else TAU1), self.opts["tau2"] or (DELTA_TAU if multi else TAU2))
         width = ckpt.width
         rows = local.rows(dict(ckpt.model.named_parameters())) if multi and local else None
         recorded = next(iter(local.change.values())).dtype if multi and local and local.change else torch.float32
         spans = [input_span(ckpt, gradients, layer, tol, rows, local_steps, recorded) for layer in (0, 1)]
         diagnostics: dict = {"ranks": [s.rank for s in spans], "width": width, "span_source": [s.source for s in spans],
-                             "rank_bounds": [s.bound for s in spans], "tau": [self.tau1, self.tau2]}
+                             "rank_bounds": [s.bound for s in spans], "tau": list(tau)}
         if multi:
             diagnostics["round_off"] = [s.round_off for s in spans]
         # a LoRA adapter's gradient shows at most r directions of its layer's inputs: at rank r the batch has at
@@ -260,7 +260,7 @@ class Dager(Method):
         if diagnostics["rank_bound_reached"]:
             return empty
         if ckpt.kind == "encoder":
-            return self._encoder(ckpt, spans, batch_size, diagnostics, empty)
+            return self._encoder(ckpt, spans, batch_size, diagnostics, empty, tau)
         with torch.no_grad():
             # where a span holds (nearly) every candidate, as at a full rank (LayerNorm's outputs span d - 1
             # directions when its bias is 0), the check tells nothing apart; the regime is all or nothing (a few
@@ -268,7 +268,7 @@ class Dager(Method):
             # block 0's with the vocabulary at each position. The reference code caps the rank at d - 20 instead
             # and searches on.
             front = decoder_front(ckpt.model, ckpt.model_type)
-            tokens = None if self._holds_anything(front, spans[1]) else self._tokens(front, spans[0])
+            tokens = None if self._holds_anything(front, spans[1], tau[1]) else self._tokens(front, spans[0], tau[0])
             diagnostics["saturated"] = tokens is None
             diagnostics["position_free"] = front.position_free  # rotary: tokens_per_position is the one token set
             if tokens is None:
@@ -276,25 +276,23 @@ class Dager(Method):
                 return empty
             if multi and self.opts["steps-at"] == "replay":
                 assert local is not None and batch_size
-                sequences, scores, extra = self._peel(ckpt, spans, tokens, batch_size, local)
+                sequences, scores, extra = self._peel(ckpt, spans, tokens, batch_size, local, tau)
                 if extra["replay_residual"] >= REPLAYED and not (self.opts["tau1"] or self.opts["tau2"]):
                     # not reproduced: a true line's weak directions may sit in the round-off (near the width, or
                     # a line used twice in a cycling round, whose two copies differ only by the drift), which puts
                     # its distance past 5e-3; the replay certifies, so the thresholds may widen, once, with the
                     # search's beam kept small (WIDE_BEAM lines per batch line, the best-scoring) for its cost
-                    first = self.tau1, self.tau2
-                    self.tau1 = self.tau2 = WIDE_TAU
-                    wide = self._peel(ckpt, spans, self._tokens(front, spans[0]) or [], batch_size, local,
-                                      beam=min(self.opts["max-beam"], WIDE_BEAM * batch_size))
+                    wide_tau = (WIDE_TAU, WIDE_TAU)
+                    wide = self._peel(ckpt, spans, self._tokens(front, spans[0], WIDE_TAU) or [], batch_size, local,
+                                      wide_tau, beam=min(self.opts["max-beam"], WIDE_BEAM * batch_size))
                     extra["widened"] = wide[2]["replay_residual"] < extra["replay_residual"]
                     if extra["widened"]:
                         sequences, scores, extra = wide[0], wide[1], {**wide[2], "widened": True}
-                    else:
-                        self.tau1, self.tau2 = first
-                    diagnostics["tau"] = [self.tau1, self.tau2]
+                        tau = wide_tau
+                    diagnostics["tau"] = list(tau)
                 diagnostics.update(extra)
             else:
-                sequences, scores = self._sequences(front, tokens, spans[1], start=ckpt.start_id)
+                sequences, scores = self._sequences(front, tokens, spans[1], tau[1], start=ckpt.start_id)
 
         order = sorted(range(len(sequences)), key=lambda i: scores[i])
         # a truth-free check of the whole search: a batch holds at most B distinct sequences (a delta's round K x B);
@@ -315,18 +313,16 @@ class Dager(Method):
         # replaying the round on them reproduces the recorded change (every line then is the client's); the
         # reference code's reading (``steps-at global``) has no replay and certifies none.
         replayed = not multi or diagnostics.get("replay_residual", float("inf")) < REPLAYED
-        return TextResult(
-            [sequences[i] for i in order], [replayed and consistent and scores[i] < self.tau2 for i in order],
-            [scores[i] for i in order],
-            {**diagnostics, "consistent": consistent, "tokens_per_position": per_position,
-             "complete_sequences": len(sequences)})
+        exact = [replayed and consistent and score < tau[1] for score in scores]
+        return _ordered(sequences, exact, scores, order, {**diagnostics, "consistent": consistent,
+                                                          "tokens_per_position": per_position})
 
     def _encoder(self, ckpt: TextCheckpoint, spans: list[InputSpan], batch_size: int | None, diagnostics: dict,
-                 empty: TextResult) -> TextResult:
+                 empty: TextResult, tau: tuple[float, float]) -> TextResult:
         """An encoder's search (fedaudit/attacks/text/dager_encoder.py): its lines are exact where every position
         passes block 1's check, and certified while the batch holds no more exact lines than B."""
         o = self.opts
-        search = EncoderSearch(self.tau1, self.tau2, o["max-candidates"], o["restarts"], o["chunk"],
+        search = EncoderSearch(tau[0], tau[1], o["max-candidates"], o["restarts"], o["chunk"],
                                shortlist=o["shortlist"])
         cls, sep, pad = ckpt.start_id, ckpt.eos_id, ckpt.pad_id
         assert cls is not None
@@ -343,13 +339,13 @@ class Dager(Method):
         if batch_size:
             order = order[:max(batch_size, sum(exact))]
         per_position = [len(set(t for k in p.values() for t in k)) for p in found.tokens[1:]]
-        return TextResult([lines[i] for i in order], [consistent and exact[i] for i in order],
-                          [scores[i] for i in order],
-                          {**diagnostics, **extra, "saturated": False, "consistent": consistent,
-                           "tokens_per_position": per_position, "complete_sequences": len(lines)})
+        return _ordered(lines, [consistent and e for e in exact], scores, order,
+                        {**diagnostics, **extra, "saturated": False, "consistent": consistent,
+                         "tokens_per_position": per_position})
 
     def _peel(self, ckpt: TextCheckpoint, spans: list[InputSpan], tokens: list[list[int]], batch_size: int,
-              local: LocalRound, beam: int | None = None) -> tuple[list[list[int]], list[float], dict]:
+              local: LocalRound, tau: tuple[float, float], beam: int | None = None
+              ) -> tuple[list[list[int]], list[float], dict]:
         """A delta's steps one by one: step k's lines are exact at the weights after k steps (block 1's inputs
         move by 1e-2 of their length per step at lr 1e-3 on a random-init model, beyond any threshold that keeps
         false extensions out), which the server does not see but can replay: search at the replayed weights, take
@@ -364,8 +360,8 @@ class Dager(Method):
         for k in range(local.steps):
             if k < batches:
                 front = decoder_front(replay.model, ckpt.model_type)
-                here = tokens if k == 0 else self._tokens(front, spans[0]) or []
-                found, scores = self._sequences(front, here, spans[1], beam, start=ckpt.start_id)
+                here = tokens if k == 0 else self._tokens(front, spans[0], tau[0]) or []
+                found, scores = self._sequences(front, here, spans[1], tau[1], beam, start=ckpt.start_id)
                 fresh = sorted((sc, s) for s, sc in zip(found, scores) if tuple(s) not in taken)[:batch_size]
                 taken.update({tuple(s): (sc, k) for sc, s in fresh})
                 steps.append([s for _, s in fresh])
@@ -375,21 +371,21 @@ class Dager(Method):
             "local_step": [taken[tuple(s)][1] for s in sequences], "per_step": [len(s) for s in steps],
             "replay_residual": replay.residual(local.change)}
 
-    def _holds_anything(self, front: GPT2Front | LlamaFront, span: InputSpan, probes: int = 64) -> bool:
+    def _holds_anything(self, front: GPT2Front | LlamaFront, span: InputSpan, tau2: float, probes: int = 64) -> bool:
         """Whether block 1's span holds more than half of ``probes`` random two-token sequences (seeded): then it
         holds every candidate (the visible positions reach the width there) and step 2 cannot tell any apart."""
         rows = int(front.embed.shape[0])
         seqs = torch.randint(rows, (probes, 2), generator=torch.Generator().manual_seed(0))
-        return 2 * int((self._last_distance(front, seqs, span) < self.tau2).sum()) > probes
+        return 2 * int((self._last_distance(front, seqs, span) < tau2).sum()) > probes
 
-    def _tokens(self, front: GPT2Front | LlamaFront, span: InputSpan) -> list[list[int]] | None:
+    def _tokens(self, front: GPT2Front | LlamaFront, span: InputSpan, tau1: float) -> list[list[int]] | None:
         """Step 1: per position, the vocabulary entries whose block-0 input lies in block 0's span (stops at the
         first position none passes; rotary positions: one pass, the token set, offered at every position up to the
         model's); None where more than half the vocabulary passes at a position (saturated)."""
         out: list[list[int]] = []
         for p in range(front.max_positions):
             d = span.distance(front.token_inputs(p))
-            hits = torch.nonzero(d < self.tau1).flatten()
+            hits = torch.nonzero(d < tau1).flatten()
             if 2 * len(hits) > len(d):
                 return None
             if not len(hits):
@@ -403,7 +399,7 @@ class Dager(Method):
         """Block 1's input at the last position of each sequence, as a span distance."""
         return torch.cat([span.distance(front.last_inputs(chunk)) for chunk in seqs.split(self.opts["chunk"])])
 
-    def _sequences(self, front: GPT2Front | LlamaFront, tokens: list[list[int]], span: InputSpan,
+    def _sequences(self, front: GPT2Front | LlamaFront, tokens: list[list[int]], span: InputSpan, tau2: float,
                    beam_size: int | None = None, start: int | None = None) -> tuple[list[list[int]], list[float]]:
         """Step 2: grow every sequence from step 1's first-position tokens; an extension is kept where its new
         position passes block 1's check; a sequence none of whose extensions passes is complete. Returns the
@@ -417,8 +413,8 @@ class Dager(Method):
         # batch's embeddings explain (E[t] + P[0] = (E[t] + P[q]) + (E[s] + P[0]) - (E[s] + P[q]); exactly so at
         # random init, where LayerNorm is a scaled projection), and block 0's nonlinear layers break those sums
         first = self._last_distance(front, torch.tensor([[t] for t in tokens[0]]), span).tolist()
-        beam = [[t] for t, dist in zip(tokens[0], first) if dist < self.tau2]
-        totals = [dist for dist in first if dist < self.tau2]  # summed distances of the checked positions
+        beam = [[t] for t, dist in zip(tokens[0], first) if dist < tau2]
+        totals = [dist for dist in first if dist < tau2]  # summed distances of the checked positions
         done: list[list[int]] = []
         scores: list[float] = []
         for i in range(1, length + 1):
@@ -429,7 +425,7 @@ class Dager(Method):
             cands = [(b, s + [t]) for b, s in enumerate(beam) for t in tokens[0 if front.position_free else i]
                      if t != start]  # the start token begins a line only (else [BOS, BOS, ..] passes as [BOS])
             d = self._last_distance(front, torch.tensor([c for _, c in cands]), span).tolist()
-            kept = [(b, c, dist) for (b, c), dist in zip(cands, d) if dist < self.tau2]
+            kept = [(b, c, dist) for (b, c), dist in zip(cands, d) if dist < tau2]
             extended = {b for b, _, _ in kept}
             for b, s in enumerate(beam):
                 if b not in extended:
@@ -442,3 +438,11 @@ class Dager(Method):
         if start is not None:
             done = [s[1:] if s[:1] == [start] else s for s in done]
         return done, scores
+
+
+def _ordered(lines: list[list[int]], exact: list[bool], scores: list[float], order: list[int],
+             diagnostics: dict) -> TextResult:
+    """The search's result, its lines in ``order`` (the decoder's and the encoder's alike); ``complete_sequences``
+    counts every line found, ``order`` may keep fewer."""
+    return TextResult([lines[i] for i in order], [exact[i] for i in order], [scores[i] for i in order],
+                      {**diagnostics, "complete_sequences": len(lines)})

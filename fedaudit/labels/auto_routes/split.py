@@ -43,12 +43,15 @@ def by_hidden_split(tm: ThreatModel, session: Session, spread: float | None, not
 def _split_route(tm: ThreatModel, session: Session, spread: float | None, notes: dict, method: str, key: str,
                  keep: Callable[[float], bool]) -> LabelResult | None:
     """Run a split method; its result is returned ("hybrid, <method without the dash>") where ``keep`` holds for
-    its ``key`` diagnostic, else that diagnostic and its counts are noted (``notes[<method>]``) and None."""
+    its ``key`` diagnostic, else that diagnostic and its counts (hidden-split: its layer and the verified samples'
+    counts too) are noted (``notes[<method>]``) and None."""
     runs, _ = run_each(tm, session, (method,))
     if not runs:
         return None
     value = runs[0][1].diagnostics[key]
     if not keep(value):
-        notes[method.replace("-", "_")] = {key: value, "counts": runs[0][1].counts_int.tolist(), "kept": False}
+        d = runs[0][1].diagnostics
+        notes[method.replace("-", "_")] = {key: value, "counts": runs[0][1].counts_int.tolist(), "kept": False,
+                                           **{k: d[k] for k in ("layer", "exact_counts") if k in d}}
         return None
     return routed(runs[0], "hybrid, " + method.replace("-", " "), spread, negative_entries(tm), {})
