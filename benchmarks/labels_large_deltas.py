@@ -5,6 +5,8 @@ practice are larger: a wide MLP, AlexNet and VGG16 (random init and their publis
 
     PYTHONPATH=. .venv/bin/python -m benchmarks.labels_large_deltas --models mlp-wide,alexnet,vgg16
     PYTHONPATH=. .venv/bin/python -m benchmarks.labels_large_deltas --models mlp-wide --client-fit
+    PYTHONPATH=. .venv/bin/python -m benchmarks.labels_large_deltas --models lenet,flower-cnn --states "random init,trained" \
+        --size-cap 0
     PYTHONPATH=. .venv/bin/python -m benchmarks.labels_large_deltas --summary OUT/labels_large_deltas.jsonl
 
 Clients: UCI digits (scikit-learn; an image source neither constant saw; three channels for the ImageNet stacks), K =
@@ -12,9 +14,10 @@ Clients: UCI digits (scikit-learn; an image source neither constant saw; three c
 published weights (the ImageNet stacks: a fresh head on the pretrained features, as fine-tuning starts) and trained
 (from the published weights where there are some). Each client is read by ``auto`` as shipped, with RLU
 always kept (RLU_MAX_RESIDUAL infinite) and never kept (the ensemble: RLU is one of its members), and with
-``--client-fit`` with CLIENT_FIT_MAX_PARAMETERS lifted (client-fit runs; its seconds recorded). Writes
-OUT/labels_large_deltas.jsonl (one line per client) and prints InsAcc per reading with paired differences to the
-shipped one (docs/results/labels.md, "Deltas of models above client-fit's size").
+``--client-fit`` with CLIENT_FIT_MAX_PARAMETERS lifted (client-fit runs; its seconds recorded). ``--size-cap 0`` sends
+smaller models (the DLG LeNet, Flower's CNN) through the same route, where RLU's residual can be small. Writes
+OUT/labels_large_deltas[_size_cap<N>].jsonl (one line per client, appended) and prints InsAcc per reading with paired
+differences to the shipped one (docs/results/labels.md, "Deltas of models above client-fit's size").
 """
 
 from __future__ import annotations
@@ -40,7 +43,10 @@ from fedaudit.models.build import initial_model
 # (architecture, kwargs, input channels, training epochs on 1,000 digits)
 MODELS = {"mlp-wide": ("mlp", {"hidden": [1024, 1024]}, 1, 8),
           "alexnet": ("alexnet-imagenet", {}, 3, 2),
-          "vgg16": ("vgg16-imagenet", {}, 3, 1)}
+          "vgg16": ("vgg16-imagenet", {}, 3, 1),
+          # below client-fit's size: read through the route above it with --size-cap 0 (where RLU's residual is small)
+          "lenet": ("lenet", {}, 1, 40),
+          "flower-cnn": ("flower-cnn", {}, 1, 8)}
 READINGS = {"shipped": {}, "rlu": {"RLU_MAX_RESIDUAL": float("inf")}, "ensemble": {"RLU_MAX_RESIDUAL": -1.0},
             "client-fit": {"CLIENT_FIT_MAX_PARAMETERS": 10**12}}
 # random init; the published weights (the ImageNet stacks: their feature stack, a fresh head; skipped elsewhere); trained
@@ -75,7 +81,7 @@ def read_all(tm, truth: torch.Tensor, seed: int, aux: Aux, names: list[str]) -> 
     """Every reading of one client. The constants act only where ``auto`` took its client-fit route on outputs that
     depend on the input (else RLU's input-independent route answers first): elsewhere the other readings are the
     shipped one, not rerun (``same``)."""
-    shipped = read(tm, truth, seed, aux, {})
+    shipped = read(tm, truth, seed, aux, READINGS["shipped"])
     acts = shipped["route"] == "client-fit" and (shipped["spread"] or 0.0) >= delta.INPUT_INDEPENDENT
     return {"shipped": shipped, **{n: read(tm, truth, seed, aux, READINGS[n]) if acts else {**shipped, "same": True}
                                    for n in names if n != "shipped"}}
@@ -84,21 +90,23 @@ def read_all(tm, truth: torch.Tensor, seed: int, aux: Aux, names: list[str]) -> 
 def summary(rows: list[dict]) -> str:
     """InsAcc per reading over the clients the constants act on, and its paired difference to the shipped reading
     (mean +- SE)."""
-    names = [n for n in READINGS if all(n in r["readings"] for r in rows)]
+    names = [n for n in READINGS if any(n in r["readings"] for r in rows)]
     acted = [r for r in rows if not any(v.get("same") for v in r["readings"].values())]
     lines = [f"{len(acted)} of {len(rows)} clients took the route the constants act on",
-             "| reading | InsAcc | vs shipped | higher / lower | seconds (median) |",
-             "|---|---|---|---|---|"]
-    rows = acted
-    if not rows:
+             "| reading | clients | InsAcc | vs shipped | higher / lower | seconds (median) |",
+             "|---|---|---|---|---|---|"]
+    if not acted:
         return lines[0]
     for name in names:
+        rows = [r for r in acted if name in r["readings"]]  # client-fit's reading: only where it was asked for
+        if not rows:
+            continue
         diff = [r["readings"][name]["InsAcc"] - r["readings"]["shipped"]["InsAcc"] for r in rows]
         se = statistics.stdev(diff) / len(diff) ** 0.5 if len(diff) > 1 else 0.0
         acc = statistics.mean(r["readings"][name]["InsAcc"] for r in rows)
         secs = statistics.median(r["readings"][name]["seconds"] for r in rows)
-        lines.append(f"| {name} | {100 * acc:.1f}% | {100 * statistics.mean(diff):+.1f} +- {100 * se:.1f} | "
-                     f"{sum(d > 0 for d in diff)} / {sum(d < 0 for d in diff)} | {secs:.1f} |")
+        lines.append(f"| {name} | {len(rows)} | {100 * acc:.1f}% | {100 * statistics.mean(diff):+.1f} +- {100 * se:.1f} "
+                     f"| {sum(d > 0 for d in diff)} / {sum(d < 0 for d in diff)} | {secs:.1f} |")
     return "\n".join(lines)
 
 
@@ -110,6 +118,8 @@ def main(argv=None) -> int:
     ap.add_argument("--batches", default="random,dirichlet")
     ap.add_argument("--trials", type=int, default=4)
     ap.add_argument("--client-fit", action="store_true", help="also read each client with client-fit's size lifted")
+    ap.add_argument("--size-cap", type=int, help="CLIENT_FIT_MAX_PARAMETERS for every reading but client-fit's (0: "
+                    "every model takes the route above client-fit's size)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--summary", type=Path, help="print the summary of a stored JSONL file and exit")
@@ -119,10 +129,14 @@ def main(argv=None) -> int:
         return 0
     torch.set_num_threads(args.threads)
     readings = [n for n in READINGS if n != "client-fit" or args.client_fit]
+    if args.size_cap is not None:
+        for name in ("shipped", "rlu", "ensemble"):
+            READINGS[name] = {**READINGS[name], "CLIENT_FIT_MAX_PARAMETERS": args.size_cap}
     train_xy, aux_xy, pool_xy = data(dataset="digits")
     args.out.mkdir(parents=True, exist_ok=True)
     rows = []
-    with (args.out / "labels_large_deltas.jsonl").open("a") as f:
+    name = "labels_large_deltas" + ("" if args.size_cap is None else f"_size_cap{args.size_cap}")
+    with (args.out / f"{name}.jsonl").open("a") as f:
         for key in args.models.split(","):
             arch, kwargs, c, epochs = MODELS[key]
             spec = ModelSpec(arch, 10, (c, 32, 32), (0.5,) * c, (0.5,) * c, kwargs)
@@ -148,6 +162,7 @@ def main(argv=None) -> int:
                             tm, labels = client_update(spec, net, pool, t, K, b, LR, 0.0, kind, "eval")
                             truth = counts(labels, 10)
                             row = {"model": key, "parameters": sum(p.numel() for p in net.parameters()),
+                                   "size_cap": args.size_cap,
                                    "state": state, "K": K, "B": b, "batch": kind, "trial": t,
                                    "truth": truth.tolist(),
                                    "readings": read_all(tm, truth, t, aux, readings)}

@@ -143,13 +143,19 @@ CLIENT_FIT_MAX_PARAMETERS = _c(
     "CLIENT_FIT_MAX_PARAMETERS", 1_000_000,
     "client-fit (K unrolled steps of the whole model) runs only on models of at most this many parameters",
     "not measured: the LeNets it was measured on have 6-62 thousand",
-    "not measured", "FedAvg deltas of shuffled and Dirichlet clients", "2026-11-25")
+    "lifted on 128 held-out deltas of models above it (UCI digits; an MLP [1024, 1024], AlexNet, VGG16; 2026-11-30): "
+    "client-fit answers 4 of them (the rest take RLU's exact route or the class-count route), -2.1 +- 7.6 points at "
+    "44 s a client against 2 s; a VGG16 client was stopped unfinished after about 7 minutes (one thread, load 3)",
+    "Deltas of models above client-fit's size", "2026-11-25")
 RLU_MAX_RESIDUAL = _c(
     "RLU_MAX_RESIDUAL", 0.1,
     "above client-fit's size, RLU is kept where its least squares leaves less than this share of the update's norm",
     "the LeNets' Dirichlet grid (192 rows; thresholds 0.02-0.2 give 84.4-84.6)",
-    "32 held-out rows (K 6/16, lr 0.02/0.1): 80.6-80.7 across the same thresholds",
-    "FedAvg deltas of shuffled and Dirichlet clients", "2026-11-25")
+    "32 held-out rows (K 6/16, lr 0.02/0.1): 80.6-80.7 across the same thresholds; 128 held-out deltas of models "
+    "above client-fit's size (2026-11-30), 20 reaching it: the ensemble in RLU's place -2.0 +- 0.6 points (VGG16's "
+    "fresh head, residuals 0-0.09), always RLU -1.6 +- 0.8 (residuals 0.15-0.77); with the size cap at 0, 23 DLG LeNet "
+    "and Flower CNN clients: ensemble -5.1 +- 1.5, always RLU -1.3 +- 1.4",
+    "Deltas of models above client-fit's size", "2026-11-25")
 MARGIN = _c(
     "MARGIN", 0.5,
     "at random init ZLG or iLRG replace bias-count only where their raw counts lie within this fraction of "
