@@ -86,3 +86,18 @@ def test_auto_sends_a_trained_mlps_batch_to_hidden_split(digits, mlp, monkeypatc
     r = LabelJob(Session(aux=aux), _view(mlp, x, y), "auto").result()
     assert r.diagnostics["strategy"] == "hybrid, hidden split" and r.diagnostics["chosen"] == "hidden-split"
     assert r.counts_int.tolist() == torch.bincount(y, minlength=10).tolist()
+
+
+def test_auto_notes_the_layer_and_verified_counts_of_a_split_it_does_not_keep(monkeypatch):
+    """Where hidden-split ran and its check failed, ``diagnostics.hidden_split`` says which layer it split and what it
+    verified, beside its counts (what a reviewer needs to see why the route below answered)."""
+    from fedaudit.labels.auto_routes import split
+    from fedaudit.labels.base import LabelResult
+
+    counts = torch.tensor([3, 1] + [0] * 8)
+    result = LabelResult(counts.double(), counts, {"resolved": 1, "layer": "fc1", "exact_counts": [1] + [0] * 9})
+    monkeypatch.setattr(split, "run_each", lambda tm, session, names: ([("hidden-split", result, session, 0.1)], {}))
+    notes: dict = {}
+    assert split._split_route(None, Session(), 0.5, notes, "hidden-split", "resolved", lambda v: v >= 2) is None
+    assert notes["hidden_split"] == {"resolved": 1, "counts": counts.tolist(), "kept": False, "layer": "fc1",
+                                     "exact_counts": [1] + [0] * 9}
