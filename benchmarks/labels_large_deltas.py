@@ -28,6 +28,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from unittest import mock
 
 import torch
 
@@ -61,16 +62,10 @@ def channels(xy: tuple[torch.Tensor, torch.Tensor], c: int) -> tuple[torch.Tenso
 
 def read(tm, truth: torch.Tensor, seed: int, aux: Aux, constants: dict) -> dict:
     """``auto``'s reading of one client with ``constants`` of fedaudit.labels.auto_routes.delta set for the run."""
-    kept = {name: getattr(delta, name) for name in constants}
-    for name, value in constants.items():
-        setattr(delta, name, value)
-    try:
+    with mock.patch.multiple(delta, **constants):
         t0 = time.perf_counter()
         r = LabelJob(Session(seed=seed, aux=aux), tm, "auto").result()
         seconds = time.perf_counter() - t0
-    finally:
-        for name, value in kept.items():
-            setattr(delta, name, value)
     d = r.diagnostics
     return {"InsAcc": label_metrics(r.counts_int, truth)["InsAcc"], "counts": r.counts_int.tolist(),
             "route": d.get("route"), "strategy": d.get("strategy"), "spread": d.get("softmax_spread"),

@@ -23,6 +23,7 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from unittest import mock
 
 import torch
 
@@ -71,12 +72,8 @@ def read_twice(tm, truth, seed: int, aux: Aux, route: Route) -> dict:
     noted = d.get(route.method.replace("-", "_"))
     if d["chosen"] == route.method:
         row.update(value=route.value(d, b), split=row["shipped"])
-        keep = getattr(split, route.constant)
-        setattr(split, route.constant, route.never)
-        try:
+        with mock.patch.object(split, route.constant, route.never):
             below = LabelJob(session, tm, "auto").result()
-        finally:
-            setattr(split, route.constant, keep)
         row.update(below=label_metrics(below.counts_int, truth)["InsAcc"], below_chosen=below.diagnostics["chosen"])
     elif noted is not None:  # ran and was not kept: the shipped reading is the route below
         row.update(value=route.value(noted, b), split=label_metrics(torch.tensor(noted["counts"]), truth)["InsAcc"],
@@ -84,12 +81,9 @@ def read_twice(tm, truth, seed: int, aux: Aux, route: Route) -> dict:
     ran = d if d["chosen"] == route.method else noted or {}
     if "exact_counts" in ran:  # hidden-split: its layer's width and the verified samples whose label is wrong
         exact = torch.tensor(ran["exact_counts"])
-        row.update(layer=ran["layer"], width=WIDTHS.get(ran["layer"]),
+        row.update(layer=ran["layer"], width=dict(tm.model.named_modules())[ran["layer"]].out_features,
                    wrong=int((exact - torch.minimum(exact, truth.to(exact.dtype))).sum()))
     return row
-
-
-WIDTHS: dict[str, int] = {}  # the model's linear layers' output widths, by name (set per model in main)
 
 
 def summary(rows: list[dict], route: Route = ROUTES["sample-split"]) -> str:
@@ -168,8 +162,6 @@ def main(argv=None) -> int:
             label, arch, kwargs, head_init, epochs = {**FEDSGD_MODELS, **HELD_OUT_MODELS}[key]
             spec, init_model = make_model(arch, kwargs, head_init=head_init)
             model = train(init_model, spec, train_xy, epochs * epoch_scale)
-            WIDTHS.clear()
-            WIDTHS.update({n: m.out_features for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)})
             for b in [int(v) for v in args.B.split(",")]:
                 for dist in DISTS:
                     for t, idx in enumerate(cell_batches(py, b, dist, args.trials, args.batch_seed)):

@@ -48,10 +48,9 @@ def _split_route(tm: ThreatModel, session: Session, spread: float | None, notes:
     runs, _ = run_each(tm, session, (method,))
     if not runs:
         return None
-    value = runs[0][1].diagnostics[key]
-    if not keep(value):
-        d = runs[0][1].diagnostics
-        notes[method.replace("-", "_")] = {key: value, "counts": runs[0][1].counts_int.tolist(), "kept": False,
+    d = runs[0][1].diagnostics
+    if not keep(d[key]):
+        notes[method.replace("-", "_")] = {key: d[key], "counts": runs[0][1].counts_int.tolist(), "kept": False,
                                            **{k: d[k] for k in ("layer", "exact_counts") if k in d}}
         return None
     return routed(runs[0], "hybrid, " + method.replace("-", " "), spread, negative_entries(tm), {})
