@@ -82,3 +82,20 @@ def test_a_start_that_goes_singular_gets_an_infinite_loss_instead_of_ending_the_
     assert torch.isinf(loss[2]) and bool(torch.isfinite(loss[[0, 1, 3]]).all())
     fitted = split.fit(a, 5, 0.05)  # the others still move
     assert not torch.equal(fitted[0], a[0]) and bool(torch.isfinite(split.loss(fitted)[0][[0, 1, 3]]).all())
+
+
+def test_split_loss_reads_the_nearest_vertex_in_one_pass_over_the_classes():
+    """The label-free loss (each row's squared distance to its nearest simplex vertex) is read as |q|^2 - 2 max q + 1,
+    O(C) a row: equal to the distance to every vertex's minimum, which at C = 1000 would hold C^2 entries a row."""
+    from fedaudit.labels.sample_split import _Split
+
+    gen = torch.Generator().manual_seed(0)
+    for b, c, m in ((4, 10, 20), (6, 100, 40)):
+        g = torch.randn(c, b, generator=gen, dtype=torch.double) @ torch.randn(b, m + 1, generator=gen,
+                                                                               dtype=torch.double)
+        split = _Split(g, torch.randn(c, m + 1, generator=gen, dtype=torch.double), b, None, None)
+        a = split.affine(torch.randn(8, b, b, generator=gen, dtype=torch.double))
+        loss, q = split.loss(a)
+        every_vertex = ((q[:, :, None, :] - split.eye) ** 2).sum(-1).min(-1).values.sum(-1)
+        assert torch.isfinite(loss).all()
+        assert torch.allclose(loss, every_vertex, rtol=1e-12, atol=1e-12)

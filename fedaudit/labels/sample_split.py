@@ -78,8 +78,9 @@ class _Split:
             info = torch.where(s[..., -1] <= s[..., 0] * a.shape[-1] * torch.finfo(a.dtype).eps, 1, info)
         e = self.b * x
         q = p - e
-        if y is None:  # distance of each row to its nearest vertex of the simplex
-            d = ((q[:, :, None, :] - self.eye) ** 2).sum(-1).min(-1).values
+        if y is None:  # squared distance of each row to its nearest vertex e_k of the simplex:
+            # |q - e_k|^2 = |q|^2 - 2 q_k + 1, least at the largest q_k (O(C) a row, not O(C^2))
+            d = (q ** 2).sum(-1) - 2 * q.max(-1).values + 1
         else:
             d = ((q - y) ** 2).sum(-1)
         loss = d.sum(-1)
