@@ -101,3 +101,19 @@ def test_auto_notes_the_layer_and_verified_counts_of_a_split_it_does_not_keep(mo
     assert split._split_route(None, Session(), 0.5, notes, "hidden-split", "resolved", lambda v: v >= 2) is None
     assert notes["hidden_split"] == {"resolved": 1, "counts": counts.tolist(), "kept": False, "layer": "fc1",
                                      "exact_counts": [1] + [0] * 9}
+
+
+def test_leftover_samples_are_counted_from_what_the_verified_ones_leave_of_the_bias_gradient(digits, mlp):
+    """``--leftover bias`` with a search cut short (one round, no fit): the samples left over are counted by bias-count's
+    rule on the output bias gradient less the verified samples' own terms (p - e_y); every sample is counted once and
+    the verified counts stand."""
+    x, y, aux = _batch(digits, 1)
+    tm = _view(mlp, x, y)
+    r = LabelJob(Session(aux=aux), tm, "hidden-split", {"candidates": 40, "rounds": 1, "fit-steps": 0,
+                                                        "leftover": "bias"}).result()
+    d = r.diagnostics
+    assert 0 < d["unresolved"] < 16 and d["resolved"] + d["unresolved"] == 16
+    assert sum(d["fallback_counts"]) == d["unresolved"] and int(r.counts_int.sum()) == 16
+    assert r.counts_int.tolist() == [e + f for e, f in zip(d["exact_counts"], d["fallback_counts"])]
+    truth = torch.bincount(y, minlength=10)
+    assert all(e <= t for e, t in zip(d["exact_counts"], truth.tolist()))  # verified samples are true ones

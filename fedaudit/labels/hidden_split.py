@@ -220,8 +220,9 @@ class HiddenSplit(LabelMethod):
             raw = exact.double() * left / len(peel.labels)
         elif left:
             # bias-count's rule on what the verified samples leave of the output bias gradient
-            errors = tm.output_grad("bias").double().cpu() * b - sum(
-                (p - peel.eye[y] for y, p in zip(peel.labels, peel.probs)), torch.zeros(c, dtype=torch.float64))
+            verified = sum(peel.probs, torch.zeros(c, dtype=torch.float64)) \
+                - torch.bincount(torch.tensor(peel.labels, dtype=torch.long), minlength=c).double()  # sum of p - e_y
+            errors = tm.output_grad("bias").double().cpu() * b - verified
             raw = (left * torch.softmax(logits_aux, -1).mean(0) - errors).clamp_min(0)
             raw = raw * left / max(float(raw.sum()), 1e-12)
         fallback = integer_counts(raw, left) if left else torch.zeros(c, dtype=torch.long)
@@ -234,7 +235,7 @@ class HiddenSplit(LabelMethod):
     def _split(self, tm: ThreatModel, session: Session, name: str, chain: list[str],
                logits: torch.Tensor) -> tuple[_Peel, torch.Tensor]:
         """The LP and fitted rounds at layer ``name``: the peeled update and the aux images' logits via the chain."""
-        b, c = samples_in_update(tm), tm.spec.num_classes
+        b = samples_in_update(tm)
         aux = self.aux_of(session)
         modules = dict(tm.model.named_modules())
         layer = modules[name]
@@ -250,7 +251,7 @@ class HiddenSplit(LabelMethod):
             logits_aux = tail(z_aux)
         if not torch.allclose(logits_aux, logits, rtol=1e-4, atol=1e-4 * float(logits.abs().max())):
             raise NotApplicable(f"hidden-split: the layers after {name} do not reproduce the model's logits")
-        peel = _Peel(m, w_aug, tail, b, c, self.opt("tolerance"))
+        peel = _Peel(m, w_aug, tail, b, self.opt("tolerance"))
         gen = np.random.default_rng(session.seed)
         patterns = (x_aux == 0).double().numpy()
         cap = 2 * float(x_aux.max())
@@ -272,9 +273,8 @@ class HiddenSplit(LabelMethod):
 class _Peel:
     """The update of the split layer, minus the samples verified so far (``labels``, ``inputs``, ``probs``)."""
 
-    def __init__(self, m: torch.Tensor, w_aug: torch.Tensor, tail: nn.Module, b: int, c: int, tolerance: float):
+    def __init__(self, m: torch.Tensor, w_aug: torch.Tensor, tail: nn.Module, b: int, tolerance: float):
         self.m, self.w_aug, self.tail, self.tol = m, w_aug, tail, tolerance
-        self.eye = torch.eye(c, dtype=torch.float64)
         self.jac = torch.func.vmap(torch.func.jacrev(tail))
         self.labels: list[int] = []
         self.inputs: list[torch.Tensor] = []
@@ -294,7 +294,8 @@ class _Peel:
         z = x @ self.w_aug.T
         with torch.no_grad():
             p = torch.softmax(self.tail(z), -1)
-        return (p[:, None, :] - self.eye[None]) @ self.jac(z), p
+        j = self.jac(z)  # N x C x m_out
+        return (p[:, None, :] @ j) - j, p  # (p - e_c)^T J for every c, without the C x C product
 
     def _basis(self):
         u, s, vh = torch.linalg.svd(self.m, full_matrices=False)
