@@ -117,3 +117,15 @@ def test_leftover_samples_are_counted_from_what_the_verified_ones_leave_of_the_b
     assert r.counts_int.tolist() == [e + f for e, f in zip(d["exact_counts"], d["fallback_counts"])]
     truth = torch.bincount(y, minlength=10)
     assert all(e <= t for e, t in zip(d["exact_counts"], truth.tolist()))  # verified samples are true ones
+
+
+def test_the_trace_names_each_verified_sample_and_the_labels_its_rank_test_passes(digits, mlp):
+    """benchmarks/hidden_split_labels.py's reading of a batch: one row per verified sample of the kept layer, each
+    matched to its true sample (cosine 1 up to rounding), its label right on this exact batch and among the labels
+    that pass the rank test."""
+    from benchmarks.hidden_split_labels import read_batch
+
+    x, y, aux = _batch(digits, 1)
+    row = read_batch(_view(mlp, x, y), x, y, 0, aux, LIGHT)
+    assert row["layer"] == "features.3" and len(row["verified"]) == row["resolved"] == 16
+    assert all(v["cos"] > 0.999 and v["label"] == v["true"] and v["label"] in v["passing"] for v in row["verified"])

@@ -282,6 +282,7 @@ class _Peel:
         self.probs: list[torch.Tensor] = []
         self.rounds = 0
         self.growth = 1.0  # the largest noise floor a verification used, over the first one (reported)
+        self.trace: list[dict] | None = None  # a list: each verification's scores and labels passing (benchmarks)
         # the noise floor: the update's first singular value beyond B (its rank), at least float32's rounding.
         # Samples the model is sure of to float32 precision leave terms below it: only the visible rank (singular
         # values above ``tolerance`` times the floor) is split
@@ -354,6 +355,12 @@ class _Peel:
                 continue  # a sample already peeled: what its rounding left of it
             term = d[i, label[i]][:, None] * x[i][None]
             if float(torch.linalg.svdvals(self.m - term)[self.rank - 1]) <= self.tol * noise:  # the rank fell by one
+                if self.trace is not None:  # which labels the rank test would pass too (C more SVDs)
+                    self.trace.append({"input": x[i], "label": int(label[i]), "scores": score[i].tolist(),
+                                       "growth": noise / self.noise0, "passing": [
+                                           c for c in range(d.shape[1]) if float(torch.linalg.svdvals(
+                                               self.m - d[i, c][:, None] * x[i][None])[self.rank - 1])
+                                           <= self.tol * noise]})
                 self.m = self.m - term
                 self.inputs.append(x[i])
                 self.supports.append(support)
