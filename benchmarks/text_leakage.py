@@ -186,7 +186,17 @@ def run(width: int, layers: int, heads: int, b: int, t: int, seed: int, tokenize
             "local_step": result.diagnostics.get("local_step"),
             "steps_right": sum(steps_right) if local_steps > 1 else None,
             "labels_right": None if classes is None or batch.labels is None
-            else sorted(classes.tolist()) == sorted(batch.labels.tolist())}
+            else sorted(classes.tolist()) == sorted(batch.labels.tolist()),
+            "training": trained_record(checkpoint)}
+
+
+def trained_record(checkpoint: str | None) -> dict | None:
+    """What benchmarks.text_pretrain wrote of a folder's training (its steps and next-token losses), if it made it."""
+    path = Path(checkpoint) / "training.json" if checkpoint else None
+    if path is None or not path.is_file():
+        return None
+    record = json.loads(path.read_text())
+    return {k: record[k] for k in ("steps", "lr", "loss_before", "loss_after")}
 
 
 def table(rows: list[dict]) -> str:

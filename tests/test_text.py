@@ -121,3 +121,44 @@ def test_a_deltas_rank_is_read_against_its_round_off():
         change = (w + scale * signal / signal.norm()) - w
         _, found, floor = noise_rank(change, w, 1, torch.float32)
         assert found == rank and (floor < 1e-2 if rank else floor == 1.0)
+
+
+def test_a_gradients_rank_is_read_up_to_the_visible_tokens_where_its_fall_is_shallow():
+    """A trained model's confident tokens leave weak directions: 12 directions from 1 down to 1e-5 over a round-off
+    of 1e-8 fall by under GAP (1000x) at the rank, read as full; with at most 14 visible tokens (B times the positions
+    shown) the values past 14 are round-off, and the largest fall up to there gives the 12."""
+    from fedaudit.attacks.text.dager import GAP, span_basis
+
+    g = torch.Generator().manual_seed(0)
+    u, _ = torch.linalg.qr(torch.randn(48, 12, generator=g, dtype=torch.float64))
+    v, _ = torch.linalg.qr(torch.randn(32, 12, generator=g, dtype=torch.float64))
+    grad = u @ torch.diag(torch.logspace(0, -5, 12, dtype=torch.float64)) @ v.T
+    grad = grad + 1e-8 * torch.randn(48, 32, generator=g, dtype=torch.float64) / 5
+    s = torch.linalg.svdvals(grad)
+    assert float(s[11] / s[12]) < GAP  # a shallow fall
+    assert span_basis(grad, None)[1] == 32
+    basis, rank, fall = span_basis(grad, None, limit=14)
+    assert rank == 12 and basis.shape == (32, 12) and fall == pytest.approx(float(s[11] / s[12]))
+    assert span_basis(grad, None, limit=40)[1] == 32  # a limit past the width changes nothing
+
+
+def test_dager_reads_a_shallow_fall_as_the_rank_and_widens_step_ones_threshold_to_it(tiny):
+    """A trained model's block-0 gradient: round-off at 1% of its weakest direction (a fall of about 100x, under
+    GAP) would read as full rank ("saturated"); up to the visible tokens the fall gives the rank, and step 1's
+    threshold widens to the span's error (NOISE_MARGIN / fall): every line comes back."""
+    from fedaudit.attacks.text.dager import GAP, NOISE_MARGIN
+
+    ckpt = load_text_checkpoint(tiny)
+    grads, meta, batch = capture_text_gradient(ckpt, LINES, max_length=12)
+    key = "transformer.h.0.attn.c_attn.weight"  # Conv1D: in x out, the inputs' span is its column space
+    g = grads[key].double()
+    u, s, vh = torch.linalg.svd(g, full_matrices=False)
+    r = sum(n - 1 for n in batch.lengths)
+    noise = torch.randn(g.shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    noise = noise - u[:, :r] @ (u[:, :r].T @ noise)  # outside the inputs' span
+    grads[key] = (g + noise * float(s[r - 1]) / 100 / torch.linalg.matrix_norm(noise, 2)).float()
+    result = TEXT_ATTACKS.get("dager")().run(ckpt, grads, meta.batch_size)
+    d = result.diagnostics
+    assert d["ranks"][0] == r and d["visible_limit"] >= r and not d["saturated"]
+    assert 1e-3 < d["tau"][0] <= NOISE_MARGIN / 50 and d["tau"][0] > 2 * NOISE_MARGIN / GAP
+    assert sorted(result.sequences) == sorted(truth(batch))

@@ -21,12 +21,12 @@ CORPUS_MODULES = ("argparse", "collections", "dataclasses", "functools", "inspec
                   "os", "pathlib", "re", "shutil", "string", "subprocess", "textwrap", "typing", "unittest", "zipfile")
 
 
-def corpus() -> list[str]:
-    """Every docstring of the CORPUS_MODULES' public members, one paragraph a line."""
+def corpus(modules: tuple[str, ...] = CORPUS_MODULES) -> list[str]:
+    """Every docstring of the ``modules``' public members (the CORPUS_MODULES by default), one paragraph a line."""
     lines: list[str] = []
     with warnings.catch_warnings():  # some members are deprecated aliases (typing.io) that warn when read
         warnings.simplefilter("ignore")
-        for name in CORPUS_MODULES:
+        for name in modules:
             module = importlib.import_module(name)
             for obj in [module, *(getattr(module, a) for a in dir(module) if not a.startswith("_"))]:
                 if inspect.isclass(obj) or inspect.isfunction(obj) or inspect.ismodule(obj):

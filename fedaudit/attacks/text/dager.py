@@ -56,26 +56,35 @@ REPLAYED = 1e-3  # a delta's replay residual below which the round is the client
 NOISE_MARGIN = 2.0  # a delta's rank: singular values above this many round-off estimates (see noise_rank)
 
 
-def span_basis(gradient: torch.Tensor, rank_tol: float | None) -> tuple[torch.Tensor, int]:
-    """An orthonormal basis (d x r, float64) of the row space of ``gradient`` (out x d) and its rank r.
+def span_basis(gradient: torch.Tensor, rank_tol: float | None, limit: int | None = None
+               ) -> tuple[torch.Tensor, int, float | None]:
+    """An orthonormal basis (d x r, float64) of the row space of ``gradient`` (out x d), its rank r and the drop of
+    its singular values there (s_r / s_r+1; None at full rank).
 
     Without ``rank_tol`` the rank is where the singular values fall by more than GAP at once (the largest such
     fall): the visible positions' directions sit above it and float32 round-off (about 1e-8 of the largest) below;
-    no such fall means full rank. numpy's tolerance (sigma_max * max(shape) * eps), the reference code's default,
-    cuts real directions on deep models, whose tokens' gradients span four orders of magnitude: on a
-    GPT-2-small-shaped model at B = 32 it kept 431 of block 1's 496 directions and nothing was recovered
-    (docs/text.md). With ``rank_tol``: the singular values above sigma_max * rank_tol."""
+    no such fall means full rank, unless ``limit`` (the most visible tokens the update can hold, B times the
+    positions its position embedding's gradient shows) is below it: the values past the limit are round-off by
+    construction, and the largest fall up to the limit marks the rank. A trained model needs that: its confident
+    tokens leave weak directions, and on a GPT-2 trained on docstrings the fall was 650x (1e-5 to 2e-8 of the
+    largest), not GAP's 1000x; read as full rank, DAGER said "saturated" (docs/text.md, "A trained model").
+    numpy's tolerance (sigma_max * max(shape) * eps), the reference code's default, cuts real directions on deep
+    models, whose tokens' gradients span four orders of magnitude: on a GPT-2-small-shaped model at B = 32 it kept
+    431 of block 1's 496 directions and nothing was recovered (docs/text.md). With ``rank_tol``: the singular values above sigma_max * rank_tol."""
     g = gradient.detach().to(torch.float64)
     _, s, vh = torch.linalg.svd(g, full_matrices=False)
     if s.numel() == 0 or float(s[0]) == 0.0:
-        return torch.zeros((g.shape[1], 0), dtype=torch.float64), 0
+        return torch.zeros((g.shape[1], 0), dtype=torch.float64), 0, None
     if rank_tol is not None:
         rank = int((s > float(s[0]) * rank_tol).sum())
     else:
         positive = s[s > 0]
         falls = positive[:-1] / positive[1:]
         rank = int(torch.argmax(falls)) + 1 if falls.numel() and float(falls.max()) > GAP else int(positive.numel())
-    return vh[:rank].T.contiguous(), rank
+        if rank == positive.numel() and limit is not None and 0 < limit < rank:
+            rank = int(torch.argmax(falls[:limit])) + 1
+    fall = float(s[rank - 1] / s[rank]) if 0 < rank < s.numel() and float(s[rank]) > 0 else None
+    return vh[:rank].T.contiguous(), rank, fall
 
 
 def noise_rank(change: torch.Tensor, weight: torch.Tensor, steps: int, recorded: torch.dtype
@@ -115,6 +124,7 @@ class InputSpan:
     bound: int
     source: str  # "weight" (full fine-tuning), "lora_A" or "lora_B" (a LoRA adapter's factor)
     round_off: float | None = None  # a delta's: its round-off estimate relative to its largest singular value
+    fall: float | None = None  # a gradient's: its singular values' drop at the rank (s_r / s_r+1; None at full rank)
     down: torch.Tensor | None = None  # lora_B's case: the adapter's A (r x d), which maps an input to the checked space
 
     def distance(self, x: torch.Tensor) -> torch.Tensor:
@@ -138,8 +148,8 @@ def _shown(ckpt: TextCheckpoint, gradients: dict[str, torch.Tensor], layer: int)
 
 
 def input_span(ckpt: TextCheckpoint, gradients: dict[str, torch.Tensor], layer: int, rank_tol: float | None,
-               change: dict[str, torch.Tensor] | None = None, steps: int = 1, recorded: torch.dtype = torch.float32
-               ) -> InputSpan:
+               change: dict[str, torch.Tensor] | None = None, steps: int = 1, recorded: torch.dtype = torch.float32,
+               limit: int | None = None) -> InputSpan:
     """Block ``layer``'s attention-input span. Full fine-tuning: the rows of the weights' gradients (GPT-2's Conv1D
     stores in x out: transposed; BERT's query, key and value stacked, as they share the input), or of a delta's change
     (its weight decay taken out: ``LocalRound.rows``), its rank read against the round-off (``noise_rank``;
@@ -147,7 +157,8 @@ def input_span(ckpt: TextCheckpoint, gradients: dict[str, torch.Tensor], layer: 
     rows in the inputs' span, at most r of them (stacked over the adapted modules: their r's summed); a fresh adapter
     (B = 0) has grad A = 0, and grad B = s sum_i delta_i (A x_i)^T shows the inputs through A, so candidates are
     mapped by A before the check (the spec's reading of the paper's LoRA variant; the reference code's B path is
-    unclear; the first adapted module's). docs/text.md."""
+    unclear; the first adapted module's). ``limit``: the most visible tokens the update can hold (``span_basis``).
+    docs/text.md."""
     shown = _shown(ckpt, gradients, layer)
     flip = FAMILIES[ckpt.model_type].transposed
     keys = [src["weight"] for src in shown if "weight" in src]
@@ -159,16 +170,27 @@ def input_span(ckpt: TextCheckpoint, gradients: dict[str, torch.Tensor], layer: 
             weight = torch.cat([params[k].T if flip else params[k] for k in keys])
             basis, rank, floor = noise_rank(g, weight, steps, recorded)
             return InputSpan(basis, rank, int(g.shape[1]), "weight", round_off=floor)
-        basis, rank = span_basis(g, rank_tol)
-        return InputSpan(basis, rank, int(g.shape[1]), "weight")
+        basis, rank, fall = span_basis(g, rank_tol, limit)
+        return InputSpan(basis, rank, int(g.shape[1]), "weight", fall=fall)
     grads_a = [gradients[src["lora_A"]] for src in shown]
     if all(bool(a.any()) for a in grads_a):
-        basis, rank = span_basis(torch.cat(grads_a), rank_tol)
+        basis, rank, _ = span_basis(torch.cat(grads_a), rank_tol, limit)
         return InputSpan(basis, rank, sum(int(a.shape[0]) for a in grads_a), "lora_A")
     first = shown[0]
     a = dict(ckpt.model.named_parameters())[first["lora_A"]].detach().to(torch.float64)
-    basis, rank = span_basis(gradients[first["lora_B"]], rank_tol)
+    basis, rank, _ = span_basis(gradients[first["lora_B"]], rank_tol, limit)
     return InputSpan(basis, rank, int(a.shape[0]), "lora_B", down=a)
+
+
+def visible_limit(ckpt: TextCheckpoint, gradients: dict[str, torch.Tensor], batch_size: int | None) -> int | None:
+    """The most visible tokens a one-step update can hold: B times the positions with a gradient in the position
+    embedding (a decoder's last position predicts nothing and has none; padding has none). None without B or that
+    gradient (withheld, or rotary positions)."""
+    name = FAMILIES[ckpt.model_type].positions
+    g = gradients.get(name) if name else None
+    if not batch_size or g is None:
+        return None
+    return batch_size * int((g.abs().sum(dim=1) > 0).sum())
 
 
 @TEXT_ATTACKS.register
@@ -246,9 +268,18 @@ class Dager(Method):
         width = ckpt.width
         rows = local.rows(dict(ckpt.model.named_parameters())) if multi and local else None
         recorded = next(iter(local.change.values())).dtype if multi and local and local.change else torch.float32
-        spans = [input_span(ckpt, gradients, layer, tol, rows, local_steps, recorded) for layer in (0, 1)]
+        limit = visible_limit(ckpt, gradients, batch_size) if not multi else None
+        spans = [input_span(ckpt, gradients, layer, tol, rows, local_steps, recorded, limit) for layer in (0, 1)]
+        # a rank read at a fall shallower than GAP (a trained model's weak directions, span_basis): the span's
+        # weakest directions are off by up to about s_r+1 / s_r (Wedin's sin-theta bound, s_r+1 standing for the
+        # round-off's norm, NOISE_MARGIN times), so a threshold the user did not set widens to it. Measured on a
+        # GPT-2 trained on docstrings: true tokens at 2e-5 to 2e-3 from block 0's span, the reference's 1e-5 cut
+        # them and lines came back short (docs/text.md, "A trained model")
+        tau1, tau2 = (t if self.opts[name] or span.fall is None or span.fall >= GAP else max(t, NOISE_MARGIN / span.fall)
+                      for t, name, span in zip(tau, ("tau1", "tau2"), spans))
+        tau = (tau1, tau2)
         diagnostics: dict = {"ranks": [s.rank for s in spans], "width": width, "span_source": [s.source for s in spans],
-                             "rank_bounds": [s.bound for s in spans], "tau": list(tau)}
+                             "rank_bounds": [s.bound for s in spans], "visible_limit": limit, "tau": list(tau)}
         if multi:
             diagnostics["round_off"] = [s.round_off for s in spans]
         # a LoRA adapter's gradient shows at most r directions of its layer's inputs: at rank r the batch has at
