@@ -32,6 +32,7 @@ def test_dager_recovers_a_batch_of_four_exactly(tiny):
     result = TEXT_ATTACKS.get("dager")().run(ckpt, grads, meta.batch_size)
     assert not result.diagnostics["saturated"] and result.diagnostics["consistent"] and all(result.exact)
     assert result.diagnostics["ranks"][0] == sum(n - 1 for n in batch.lengths)  # one direction per visible position
+    assert result.diagnostics["unexplained_directions"] == 0  # the lines account for block 1's span
     true = truth(batch)
     assert sorted(result.sequences) == sorted(true)
     scores = text_scores(true, [ckpt.tokenizer.decode(s) for s in true], result.sequences,
@@ -162,3 +163,17 @@ def test_dager_reads_a_shallow_fall_as_the_rank_and_widens_step_ones_threshold_t
     assert d["ranks"][0] == r and d["visible_limit"] >= r and not d["saturated"]
     assert 1e-3 < d["tau"][0] <= NOISE_MARGIN / 50 and d["tau"][0] > 2 * NOISE_MARGIN / GAP
     assert sorted(result.sequences) == sorted(truth(batch))
+
+
+def test_directions_the_lines_do_not_explain_say_a_line_is_short_or_missing(tiny):
+    """Truth-free: each distinct prefix of a returned line is one block-1 direction; a line cut short (here by a step-1
+    threshold too tight for its later tokens) leaves directions over, and the reveal lines say so."""
+    from fedaudit.attacks.text.dager import unexplained
+
+    assert unexplained(7, [[1, 2, 3], [1, 2, 4, 5]], start=False) == 2  # prefixes: 1, 12, 123, 124, 1245
+    assert unexplained(6, [[1, 2, 3], [1, 2, 4, 5]], start=True) == 0
+    ckpt = load_text_checkpoint(tiny)
+    grads, meta, batch = capture_text_gradient(ckpt, LINES, max_length=12)
+    tight = TEXT_ATTACKS.get("dager")(tau1=1e-9).run(ckpt, grads, meta.batch_size)
+    found = sum(len(s) for s in tight.sequences)
+    assert found < sum(n - 1 for n in batch.lengths) and tight.diagnostics["unexplained_directions"] > 0

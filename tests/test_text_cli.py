@@ -62,6 +62,10 @@ def test_without_the_truth_the_certificate_is_the_verdict(cli, tiny, captured, t
     assert doc["risk_band"] is None and doc["metrics"] is None
     assert doc["risk_band_estimated"] == "very_high" and doc["risk_band_estimated_range"] == ["very_high", "very_high"]
     assert doc["fail_on"]["source"] == "estimated"
+    assert not any("do not explain" in line for line in doc["reveals"])
+    # a step-1 threshold too tight for the lines' later tokens: lines come back short, and the verdict says so
+    tight = cli.json(cli("reconstruct", "dager", tiny, update, "-o", tmp_path / "tight", "--tau1", 1e-9, expect=None))
+    assert any("do not explain" in line and "not all of it" in line for line in tight["reveals"])
 
 
 def test_a_saturated_update_is_no_evidence_of_safety(cli, tokenizer, lines, tmp_path):

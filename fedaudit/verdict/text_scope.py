@@ -52,6 +52,10 @@ def what_it_reveals(tm: TextThreatModel, diagnostics: dict[str, Any], certified:
         if diagnostics.get("saturated"):
             lines.append("This batch reaches the width: its spans hold every candidate, so no line can be certified "
                          "(no evidence of safety: approximate attacks, tag and lamp, still apply).")
+    if missing := diagnostics.get("unexplained_directions"):
+        lines.append(f"Block 1's span holds {missing} direction(s) the recovered lines do not explain: some lines came "
+                     "back cut short or were missed (a true token failed a check), so what is shown is part of the "
+                     "batch, not all of it.")
     if tm.meta.local_steps > 1 and tm.local is not None:
         lines.append(_delta_line(tm, diagnostics))
     if diagnostics.get("certifies") is False:

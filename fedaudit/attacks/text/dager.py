@@ -345,6 +345,9 @@ class Dager(Method):
         # reference code's reading (``steps-at global``) has no replay and certifies none.
         replayed = not multi or diagnostics.get("replay_residual", float("inf")) < REPLAYED
         exact = [replayed and consistent and score < tau[1] for score in scores]
+        if not multi:
+            diagnostics["unexplained_directions"] = unexplained(spans[1].rank, [sequences[i] for i in order],
+                                                                ckpt.start_id is not None)
         return _ordered(sequences, exact, scores, order, {**diagnostics, "consistent": consistent,
                                                           "tokens_per_position": per_position})
 
@@ -469,6 +472,15 @@ class Dager(Method):
         if start is not None:
             done = [s[1:] if s[:1] == [start] else s for s in done]
         return done, scores
+
+
+def unexplained(rank: int, lines: list[list[int]], start: bool) -> int:
+    """Block 1's directions that ``lines`` do not account for (truth-free): each distinct prefix of a decoder's line
+    is one block-1 input, one direction (plus the start token's, where lines begin with one). More directions than
+    prefixes: a line was cut short (a true token failed a check) or missed; the lines returned are still the batch's,
+    but not all of it (docs/text.md, "A trained model")."""
+    prefixes = {tuple(line[:k]) for line in lines for k in range(1, len(line) + 1)}
+    return max(0, rank - len(prefixes) - int(start))
 
 
 def _ordered(lines: list[list[int]], exact: list[bool], scores: list[float], order: list[int],
