@@ -53,7 +53,7 @@ TAU1, TAU2 = 1e-5, 1e-3  # a gradient's span thresholds (the reference code's de
 DELTA_TAU = 5e-3  # a delta's, both steps (the reference code's fed_avg script)
 WIDE_TAU, WIDE_BEAM = 5e-2, 64  # a delta's second search where the first is not reproduced (see run)
 REPLAYED = 1e-3  # a delta's replay residual below which the round is the client's (measured 1e-14 to 4e-6 vs 0.5 to 3.7)
-NOISE_MARGIN = 2.0  # a delta's rank: singular values above this many round-off estimates (see noise_rank)
+NOISE_MARGIN = 2.0  # a delta's rank: values above this many round-off estimates (noise_rank); a shallow fall's widening (run)
 
 
 def span_basis(gradient: torch.Tensor, rank_tol: float | None, limit: int | None = None
