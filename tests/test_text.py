@@ -141,6 +141,9 @@ def test_a_gradients_rank_is_read_up_to_the_visible_tokens_where_its_fall_is_sha
     basis, rank, fall = span_basis(grad, None, limit=14)
     assert rank == 12 and basis.shape == (32, 12) and fall == pytest.approx(float(s[11] / s[12]))
     assert span_basis(grad, None, limit=40)[1] == 32  # a limit past the width changes nothing
+    assert span_basis(grad, None, limit=14, least=13)[1] == 32  # fewer directions than the longest line's positions
+    smooth = u @ torch.diag(torch.logspace(0, -8, 12, dtype=torch.float64)) @ v.T  # no fall stands out: BERT's 0.02
+    assert span_basis(smooth + 1e-9 * torch.randn(48, 32, generator=g, dtype=torch.float64), None, 14, least=8)[1] == 32
 
 
 def test_dager_reads_a_shallow_fall_as_the_rank_and_widens_step_ones_threshold_to_it(tiny):

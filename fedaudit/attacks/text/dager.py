@@ -56,7 +56,7 @@ REPLAYED = 1e-3  # a delta's replay residual below which the round is the client
 NOISE_MARGIN = 2.0  # a delta's rank: values above this many round-off estimates (noise_rank); a shallow fall's widening (run)
 
 
-def span_basis(gradient: torch.Tensor, rank_tol: float | None, limit: int | None = None
+def span_basis(gradient: torch.Tensor, rank_tol: float | None, limit: int | None = None, least: int = 1
                ) -> tuple[torch.Tensor, int, float | None]:
     """An orthonormal basis (d x r, float64) of the row space of ``gradient`` (out x d), its rank r and the drop of
     its singular values there (s_r / s_r+1; None at full rank).
@@ -65,7 +65,9 @@ def span_basis(gradient: torch.Tensor, rank_tol: float | None, limit: int | None
     fall): the visible positions' directions sit above it and float32 round-off (about 1e-8 of the largest) below;
     no such fall means full rank, unless ``limit`` (the most visible tokens the update can hold, B times the
     positions its position embedding's gradient shows) is below it: the values past the limit are round-off by
-    construction, and the largest fall up to the limit marks the rank. A trained model needs that: its confident
+    construction, and the largest fall up to the limit marks the rank, if it leaves at least ``least`` directions
+    (the longest line's positions: each is a distinct input; a smooth spectrum with no fall, as BERT's 0.02 init
+    gives, would otherwise read as a rank of 1 instead of full, "saturated"). A trained model needs that: its confident
     tokens leave weak directions, and on a GPT-2 trained on docstrings the fall was 650x (1e-5 to 2e-8 of the
     largest), not GAP's 1000x; read as full rank, DAGER said "saturated" (docs/text.md, "A trained model").
     numpy's tolerance (sigma_max * max(shape) * eps), the reference code's default, cuts real directions on deep
@@ -82,7 +84,8 @@ def span_basis(gradient: torch.Tensor, rank_tol: float | None, limit: int | None
         falls = positive[:-1] / positive[1:]
         rank = int(torch.argmax(falls)) + 1 if falls.numel() and float(falls.max()) > GAP else int(positive.numel())
         if rank == positive.numel() and limit is not None and 0 < limit < rank:
-            rank = int(torch.argmax(falls[:limit])) + 1
+            shallow = int(torch.argmax(falls[:limit])) + 1
+            rank = shallow if shallow >= least else rank
     fall = float(s[rank - 1] / s[rank]) if 0 < rank < s.numel() and float(s[rank]) > 0 else None
     return vh[:rank].T.contiguous(), rank, fall
 
@@ -149,7 +152,7 @@ def _shown(ckpt: TextCheckpoint, gradients: dict[str, torch.Tensor], layer: int)
 
 def input_span(ckpt: TextCheckpoint, gradients: dict[str, torch.Tensor], layer: int, rank_tol: float | None,
                change: dict[str, torch.Tensor] | None = None, steps: int = 1, recorded: torch.dtype = torch.float32,
-               limit: int | None = None) -> InputSpan:
+               limit: tuple[int, int] | None = None) -> InputSpan:
     """Block ``layer``'s attention-input span. Full fine-tuning: the rows of the weights' gradients (GPT-2's Conv1D
     stores in x out: transposed; BERT's query, key and value stacked, as they share the input), or of a delta's change
     (its weight decay taken out: ``LocalRound.rows``), its rank read against the round-off (``noise_rank``;
@@ -157,8 +160,8 @@ def input_span(ckpt: TextCheckpoint, gradients: dict[str, torch.Tensor], layer: 
     rows in the inputs' span, at most r of them (stacked over the adapted modules: their r's summed); a fresh adapter
     (B = 0) has grad A = 0, and grad B = s sum_i delta_i (A x_i)^T shows the inputs through A, so candidates are
     mapped by A before the check (the spec's reading of the paper's LoRA variant; the reference code's B path is
-    unclear; the first adapted module's). ``limit``: the most visible tokens the update can hold (``span_basis``).
-    docs/text.md."""
+    unclear; the first adapted module's). ``limit``: the most visible tokens the update can hold and the fewest
+    directions it shows (``visible_limit``, ``span_basis``). docs/text.md."""
     shown = _shown(ckpt, gradients, layer)
     flip = FAMILIES[ckpt.model_type].transposed
     keys = [src["weight"] for src in shown if "weight" in src]
@@ -170,27 +173,30 @@ def input_span(ckpt: TextCheckpoint, gradients: dict[str, torch.Tensor], layer: 
             weight = torch.cat([params[k].T if flip else params[k] for k in keys])
             basis, rank, floor = noise_rank(g, weight, steps, recorded)
             return InputSpan(basis, rank, int(g.shape[1]), "weight", round_off=floor)
-        basis, rank, fall = span_basis(g, rank_tol, limit)
+        basis, rank, fall = span_basis(g, rank_tol, *(limit or (None, 1)))
         return InputSpan(basis, rank, int(g.shape[1]), "weight", fall=fall)
     grads_a = [gradients[src["lora_A"]] for src in shown]
     if all(bool(a.any()) for a in grads_a):
-        basis, rank, _ = span_basis(torch.cat(grads_a), rank_tol, limit)
+        basis, rank, _ = span_basis(torch.cat(grads_a), rank_tol, *(limit or (None, 1)))
         return InputSpan(basis, rank, sum(int(a.shape[0]) for a in grads_a), "lora_A")
     first = shown[0]
     a = dict(ckpt.model.named_parameters())[first["lora_A"]].detach().to(torch.float64)
-    basis, rank, _ = span_basis(gradients[first["lora_B"]], rank_tol, limit)
+    basis, rank, _ = span_basis(gradients[first["lora_B"]], rank_tol, *(limit or (None, 1)))
     return InputSpan(basis, rank, int(a.shape[0]), "lora_B", down=a)
 
 
-def visible_limit(ckpt: TextCheckpoint, gradients: dict[str, torch.Tensor], batch_size: int | None) -> int | None:
-    """The most visible tokens a one-step update can hold: B times the positions with a gradient in the position
-    embedding (a decoder's last position predicts nothing and has none; padding has none). None without B or that
-    gradient (withheld, or rotary positions)."""
+def visible_limit(ckpt: TextCheckpoint, gradients: dict[str, torch.Tensor], batch_size: int | None
+                  ) -> tuple[int, int] | None:
+    """The most visible tokens a one-step update can hold, B times the positions with a gradient in the position
+    embedding (a decoder's last position predicts nothing and has none; padding has none), and the fewest directions
+    it shows, those positions (the longest line's, each a distinct input). None without B or that gradient
+    (withheld, or rotary positions)."""
     name = FAMILIES[ckpt.model_type].positions
     g = gradients.get(name) if name else None
     if not batch_size or g is None:
         return None
-    return batch_size * int((g.abs().sum(dim=1) > 0).sum())
+    positions = int((g.abs().sum(dim=1) > 0).sum())
+    return batch_size * positions, positions
 
 
 @TEXT_ATTACKS.register
@@ -279,7 +285,8 @@ class Dager(Method):
                       for t, name, span in zip(tau, ("tau1", "tau2"), spans))
         tau = (tau1, tau2)
         diagnostics: dict = {"ranks": [s.rank for s in spans], "width": width, "span_source": [s.source for s in spans],
-                             "rank_bounds": [s.bound for s in spans], "visible_limit": limit, "tau": list(tau)}
+                             "rank_bounds": [s.bound for s in spans], "visible_limit": limit[0] if limit else None,
+                             "tau": list(tau)}
         if multi:
             diagnostics["round_off"] = [s.round_off for s in spans]
         # a LoRA adapter's gradient shows at most r directions of its layer's inputs: at rank r the batch has at
