@@ -21,10 +21,9 @@ from unittest import mock
 
 import torch
 
-from benchmarks.common import RESULTS, threat_model
-from benchmarks.labels import DISTS, FEDSGD_MODELS, cell_batches, data, make_model, train
-from benchmarks.labels_split_threshold import HELD_OUT_MODELS
-from fedaudit.client.capture import CaptureConfig
+from benchmarks.common import RESULTS
+from benchmarks.labels import data
+from benchmarks.labels_split_threshold import held_out_batches
 from fedaudit.jobs import Aux, LabelJob, Session
 from fedaudit.labels import hidden_split
 from fedaudit.models.normalize import normalize
@@ -108,27 +107,20 @@ def main(argv=None) -> int:
         return 0
     torch.set_num_threads(args.threads)
     train_xy, (ax, ay), (px, py) = data(dataset=args.data)
-    epoch_scale = round(3500 / len(train_xy[1]))
     aux = Aux(ax, ay, "images")
     rows = []
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with args.out.open("a") as f:
-        for key in args.models.split(","):
-            label, arch, kwargs, head_init, epochs = {**FEDSGD_MODELS, **HELD_OUT_MODELS}[key]
-            spec, init_model = make_model(arch, kwargs, head_init=head_init)
-            model = train(init_model, spec, train_xy, epochs * epoch_scale)
-            for b in [int(v) for v in args.B.split(",")]:
-                for dist in DISTS:
-                    for t, idx in enumerate(cell_batches(py, b, dist, args.trials, args.batch_seed)):
-                        tm = threat_model(spec, model, px[idx], py[idx], CaptureConfig(batch_size=b, bn_mode="train"))
-                        row = {"data": args.data, "model": label, "B": b, "dist": dist, "trial": t,
-                               **read_batch(tm, px[idx], py[idx], t, aux)}
-                        rows.append(row)
-                        f.write(json.dumps(row) + "\n")
-                        f.flush()
-                        wrong = sum(v["label"] != v["true"] for v in row["verified"])
-                        print(f"{label} B={b} {dist} t={t}: {len(row['verified'])} verified, {wrong} wrong",
-                              file=sys.stderr, flush=True)
+        for label, b, dist, t, idx, tm in held_out_batches(args.models, args.B, args.trials, args.batch_seed,
+                                                            train_xy, (px, py)):
+            row = {"data": args.data, "model": label, "B": b, "dist": dist, "trial": t,
+                   **read_batch(tm, px[idx], py[idx], t, aux)}
+            rows.append(row)
+            f.write(json.dumps(row) + "\n")
+            f.flush()
+            wrong = sum(v["label"] != v["true"] for v in row["verified"])
+            print(f"{label} B={b} {dist} t={t}: {len(row['verified'])} verified, {wrong} wrong", file=sys.stderr,
+                  flush=True)
     print(summary(rows))
     return 0
 

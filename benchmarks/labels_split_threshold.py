@@ -62,6 +62,25 @@ ROUTES = {"sample-split": Route("sample-split", "SPLIT_MAX_FIT", "fit", -1.0, (1
           "hidden-split": Route("hidden-split", "HIDDEN_MIN_RESOLVED", "resolved", 2.0, (0.0, 0.25, 0.5, 0.75, 1.0))}
 
 
+def held_out_batches(models: str, sizes: str, trials: int, batch_seed: int, train_xy, pool):
+    """Each batch the held-out checks read: (model label, B, distribution, trial, indices into ``pool``, its threat
+    model), for each model of ``models`` (comma list of FEDSGD_MODELS and HELD_OUT_MODELS keys, trained on
+    ``train_xy`` for as many steps as the main table's epochs of 3,500 MNIST digits), each B of ``sizes`` (comma
+    list), each distribution and ``trials`` batches drawn with ``batch_seed``; FedSGD, BN in train mode."""
+    px, py = pool
+    epoch_scale = round(3500 / len(train_xy[1]))
+    for key in models.split(","):
+        label, arch, kwargs, head_init, epochs = {**FEDSGD_MODELS, **HELD_OUT_MODELS}[key]
+        spec, init_model = make_model(arch, kwargs, head_init=head_init)
+        model = train(init_model, spec, train_xy, epochs * epoch_scale)
+        for b in [int(v) for v in sizes.split(",")]:
+            for dist in DISTS:
+                for t, idx in enumerate(cell_batches(py, b, dist, trials, batch_seed)):
+                    yield label, b, dist, t, idx, threat_model(spec, model, px[idx], py[idx],
+                                                               CaptureConfig(batch_size=b, bn_mode="train"))
+        print(f"{label}: done", file=sys.stderr, flush=True)
+
+
 def read_twice(tm, truth, seed: int, aux: Aux, route: Route) -> dict:
     """The split's value and reading (where it ran), and auto's reading with the route never kept."""
     session = Session(seed=seed, aux=aux)
@@ -148,7 +167,6 @@ def main(argv=None) -> int:
         return 0
     torch.set_num_threads(2)
     train_xy, (ax, ay), (px, py) = data(dataset=args.data)
-    epoch_scale = round(3500 / len(train_xy[1]))
     aux = Aux(ax, ay, "images")
     tag = "" if args.route == "sample-split" else "_hidden"
     if args.lift_cap:
@@ -158,20 +176,13 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     rows = []
     with path.open("w") as f:
-        for key in args.models.split(","):
-            label, arch, kwargs, head_init, epochs = {**FEDSGD_MODELS, **HELD_OUT_MODELS}[key]
-            spec, init_model = make_model(arch, kwargs, head_init=head_init)
-            model = train(init_model, spec, train_xy, epochs * epoch_scale)
-            for b in [int(v) for v in args.B.split(",")]:
-                for dist in DISTS:
-                    for t, idx in enumerate(cell_batches(py, b, dist, args.trials, args.batch_seed)):
-                        tm = threat_model(spec, model, px[idx], py[idx], CaptureConfig(batch_size=b, bn_mode="train"))
-                        row = {"model": label, "B": b, "dist": dist, "trial": t,
-                               **read_twice(tm, counts(py[idx], 10), t, aux, route)}
-                        rows.append(row)
-                        f.write(json.dumps(row) + "\n")
-                        f.flush()
-            print(f"{label}: done", file=sys.stderr, flush=True)
+        for label, b, dist, t, idx, tm in held_out_batches(args.models, args.B, args.trials, args.batch_seed,
+                                                            train_xy, (px, py)):
+            row = {"model": label, "B": b, "dist": dist, "trial": t,
+                   **read_twice(tm, counts(py[idx], 10), t, aux, route)}
+            rows.append(row)
+            f.write(json.dumps(row) + "\n")
+            f.flush()
     print(cap_summary(rows) if args.lift_cap else summary(rows, route))
     return 0
 
