@@ -39,6 +39,7 @@ from safetensors.torch import save as st_save
 from typer.testing import CliRunner
 
 from benchmarks.fuzz_inputs import mutate_image_folder, mutate_labels_file, mutate_npz
+from benchmarks.records import jsonl_rows
 from fedaudit.cli.app import app
 from fedaudit.io.checkpoint import load_checkpoint
 from fedaudit.io.files import read_safetensors
@@ -301,7 +302,7 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     if args.report:
-        rows = [json.loads(line) for f in args.report for line in f.read_text().splitlines() if line.strip()]
+        rows = jsonl_rows(*args.report)
         seconds = sum(r["seconds"] for r in rows)
     else:
         rows = fuzz(args.cases, args.seed, start=args.start, log=args.out / "fuzz_rows.jsonl")

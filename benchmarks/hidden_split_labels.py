@@ -24,6 +24,7 @@ import torch
 from benchmarks.common import RESULTS
 from benchmarks.labels import data
 from benchmarks.labels_split_threshold import held_out_batches
+from benchmarks.records import jsonl_rows
 from fedaudit.jobs import Aux, LabelJob, Session
 from fedaudit.labels import hidden_split
 from fedaudit.models.normalize import normalize
@@ -103,7 +104,7 @@ def main(argv=None) -> int:
     ap.add_argument("--summary", type=Path, help="print the summary of a stored JSONL file and exit")
     args = ap.parse_args(argv)
     if args.summary:
-        print(summary([json.loads(line) for line in args.summary.read_text().splitlines() if line.strip()]))
+        print(summary(jsonl_rows(args.summary)))
         return 0
     torch.set_num_threads(args.threads)
     train_xy, (ax, ay), (px, py) = data(dataset=args.data)

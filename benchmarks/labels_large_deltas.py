@@ -35,6 +35,7 @@ import torch
 from benchmarks.common import RESULTS
 from benchmarks.labels import data, train
 from benchmarks.labels_fedavg import client_update
+from benchmarks.records import jsonl_rows
 from fedaudit.jobs import Aux, LabelJob, Session
 from fedaudit.labels.auto_routes import delta
 from fedaudit.metrics.labels import counts, label_metrics
@@ -120,7 +121,7 @@ def main(argv=None) -> int:
     ap.add_argument("--summary", type=Path, help="print the summary of a stored JSONL file and exit")
     args = ap.parse_args(argv)
     if args.summary:
-        print(summary([json.loads(line) for line in args.summary.read_text().splitlines() if line.strip()]))
+        print(summary(jsonl_rows(args.summary)))
         return 0
     torch.set_num_threads(args.threads)
     readings = [n for n in READINGS if n != "client-fit" or args.client_fit]

@@ -34,6 +34,7 @@ import torch
 from benchmarks.common import server_view
 from benchmarks.labels import data, floor_of, make_model, run_methods, train
 from benchmarks.labels_fedavg import MODELS, client_update, victims
+from benchmarks.records import jsonl_rows
 from fedaudit.client.capture import CaptureConfig, capture_update
 from fedaudit.jobs import Aux
 
@@ -116,7 +117,7 @@ def rerun(out: Path, tag: str, routes: list[str] | None, threads: int, method: s
     field filled in, or another column. ``routes``: only the clients whose stored reading came from one of these
     routes; ``where``: only those whose settings have these values (e.g. {"K": 1})."""
     torch.set_num_threads(threads)
-    rows = [json.loads(line) for line in (out / "clients.jsonl").read_text().splitlines() if line.strip()]
+    rows = jsonl_rows(out / "clients.jsonl")
     if routes:
         rows = [r for r in rows if r["methods"]["auto"].get("route") in routes]
     rows = [r for r in rows if all(str(r[k]) == str(v) for k, v in (where or {}).items())]
@@ -166,7 +167,7 @@ def rows_of(dirs: list[Path]) -> list[dict]:
     under another tag: the tag)."""
     rows = []
     for d in dirs:
-        mine = [json.loads(line) for line in (d / "clients.jsonl").read_text().splitlines() if line.strip()]
+        mine = jsonl_rows(d / "clients.jsonl")
         by_key = {_key(r): r for r in mine}
         for run in sorted((d / "runs").glob("*.jsonl")) if (d / "runs").is_dir() else []:
             for line in run.read_text().splitlines():

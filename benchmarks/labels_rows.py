@@ -23,24 +23,21 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import statistics
 import sys
 from pathlib import Path
+
+from benchmarks.records import jsonl_rows
 
 TOLERANCE = 0.02  # the target's 2 points, in InsAcc's [0, 1]
 _KEY = ("model", "state", "K", "lr", "momentum", "B", "batch", "trial")
 
 
-def _lines(paths: list[Path]) -> list[dict]:
-    return [json.loads(line) for p in paths for line in p.read_text().splitlines() if line.strip()]
-
-
 def load(records: list[Path], autos: list[Path]) -> list[dict]:
     """The clients, each with ``methods`` (name -> InsAcc); `auto` replaced where an ``--auto`` run covers it."""
-    later = {tuple(r.get(k) for k in _KEY): r["methods"]["auto"]["InsAcc"] for r in _lines(autos)}
+    later = {tuple(r.get(k) for k in _KEY): r["methods"]["auto"]["InsAcc"] for r in jsonl_rows(*autos)}
     clients = []
-    for r in _lines(records):
+    for r in jsonl_rows(*records):
         ins = {name: m["InsAcc"] for name, m in r["methods"].items() if m.get("InsAcc") is not None}
         key = tuple(r.get(k) for k in _KEY)
         if key in later:

@@ -23,6 +23,7 @@ import torch
 from benchmarks.common import RESULTS
 from benchmarks.labels import data, floor_of, make_model, train
 from benchmarks.labels_fedavg import MODELS, client_update
+from benchmarks.records import jsonl_rows
 from fedaudit.jobs import Aux, LabelJob, Session
 from fedaudit.metrics.labels import counts, label_metrics
 from fedaudit.verdict.label_self_check import near_guess
@@ -94,7 +95,7 @@ def main(argv=None) -> int:
     ap.add_argument("--by", default=",".join(FIELDS), help="comma list of the fields a table row groups by")
     args = ap.parse_args(argv)
     if args.table:
-        records = [json.loads(line) for p in args.table for line in p.read_text().splitlines() if line.strip()]
+        records = jsonl_rows(*args.table)
         print(table(records, args.by.split(",")), end="")
         return 0
     torch.set_num_threads(args.threads)

@@ -48,6 +48,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.common import RESULTS, markdown
+from benchmarks.records import jsonl_rows
 from fedaudit.attacks.text import TEXT_ATTACKS
 from fedaudit.client.text_capture import capture_text_update
 from fedaudit.conversion import to_average_gradient
@@ -269,7 +270,7 @@ def main(argv=None) -> int:
     ap.add_argument("--table", action="store_true")
     args = ap.parse_args(argv)
     if args.table:
-        rows = [json.loads(line) for line in args.out.read_text().splitlines() if line.strip()]
+        rows = jsonl_rows(args.out)
         encoder = [r for r in rows if "BERT" in r.get("update", "")]
         print(table([r for r in rows if not r.get("true_steps") and r not in encoder]))
         print(encoder_table(encoder))
