@@ -46,7 +46,7 @@ from fedaudit.errors import NotApplicable
 from fedaudit.io.text_checkpoint import TextCheckpoint
 from fedaudit.methods import Method, MethodOption
 from fedaudit.models.text_families import FAMILIES, attention_modules
-from fedaudit.text_threat_model import LocalRound, lines_in_round
+from fedaudit.text_threat_model import LocalRound, lines_in_round, shown_length
 
 GAP = 1e3  # the drop between consecutive singular values that marks the gradient's rank (see span_basis)
 TAU1, TAU2 = 1e-5, 1e-3  # a gradient's span thresholds (the reference code's defaults)
@@ -191,11 +191,10 @@ def visible_limit(ckpt: TextCheckpoint, gradients: dict[str, torch.Tensor], batc
     embedding (a decoder's last position predicts nothing and has none; padding has none), and the fewest directions
     it shows, those positions (the longest line's, each a distinct input). None without B or that gradient
     (withheld, or rotary positions)."""
-    name = FAMILIES[ckpt.model_type].positions
-    g = gradients.get(name) if name else None
-    if not batch_size or g is None:
+    length = shown_length(ckpt, gradients)  # the padded length; a decoder's last position has no gradient
+    if not batch_size or length is None:
         return None
-    positions = int((g.abs().sum(dim=1) > 0).sum())
+    positions = length if ckpt.kind == "encoder" else length - 1
     return batch_size * positions, positions
 
 
