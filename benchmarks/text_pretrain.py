@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.text_leakage import sentences
+from fedaudit.client.text_capture import TextBatch, ended_batch, next_token_loss
 from fedaudit.io.text_checkpoint import save_text_checkpoint
 from fedaudit.models.text_tiny import CORPUS_MODULES, EOS, corpus, gpt2, train_tokenizer
 
@@ -65,41 +66,36 @@ def training_text() -> tuple[list[str], list[str]]:
     return paragraphs, modules
 
 
-def encode(tokenizer, lines: list[str], t: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token ids (n x t, each line cut to t - 1 tokens and ended with EOS, padded with EOS) and the loss mask: the
-    attacked lines as the client's capture frames them."""
-    eos = tokenizer.token_to_id(EOS)
-    ids = torch.full((len(lines), t), eos, dtype=torch.long)
-    mask = torch.zeros(len(lines), t, dtype=torch.bool)
-    for i, line in enumerate(lines):
-        tokens = tokenizer.encode(line).ids[:t - 1] + [eos]
-        ids[i, :len(tokens)] = torch.tensor(tokens)
-        mask[i, :len(tokens)] = True
-    return ids, mask
+def encode(tokenizer, lines: list[str], t: int) -> TextBatch:
+    """The attacked lines as the client's capture frames them: each cut to t - 1 tokens and ended with EOS."""
+    return ended_batch([tokenizer.encode(line, add_special_tokens=False).ids[:t - 1] for line in lines],
+                       tokenizer.token_to_id(EOS))
 
 
-def packed(tokenizer, paragraphs: list[str], t: int) -> tuple[torch.Tensor, torch.Tensor]:
+def packed(tokenizer, paragraphs: list[str], t: int) -> TextBatch:
     """The paragraphs' tokens, each ended with EOS, run together and cut into windows of t (every token trained on,
     not only each paragraph's first t)."""
     eos = tokenizer.token_to_id(EOS)
-    stream = [i for p in paragraphs for i in tokenizer.encode(p).ids + [eos]]
+    stream = [i for p in paragraphs for i in tokenizer.encode(p, add_special_tokens=False).ids + [eos]]
     n = len(stream) // t
     ids = torch.tensor(stream[:n * t], dtype=torch.long).view(n, t)
-    return ids, torch.ones_like(ids, dtype=torch.bool)
+    return TextBatch(ids, torch.ones_like(ids), [t] * n)
 
 
-def next_token_loss(model, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    labels = ids.masked_fill(~mask, -100)
-    return model(input_ids=ids, attention_mask=mask.long(), labels=labels).loss
+def windows(batch: TextBatch, rows: list[int] | slice) -> TextBatch:
+    """Some rows of ``batch``."""
+    lengths = [batch.lengths[i] for i in rows] if isinstance(rows, list) else batch.lengths[rows]
+    return TextBatch(batch.ids[rows], batch.mask[rows], lengths)
 
 
 @torch.no_grad()
-def mean_loss(model, ids: torch.Tensor, mask: torch.Tensor, chunk: int = 64) -> float:
+def mean_loss(model, batch: TextBatch, chunk: int = 64) -> float:
     """The next-token loss per predicted token over all lines (nats)."""
     total = count = 0.0
-    for i in range(0, len(ids), chunk):
-        n = float(mask[i:i + chunk, 1:].sum())
-        total += float(next_token_loss(model, ids[i:i + chunk], mask[i:i + chunk])) * n
+    for i in range(0, len(batch.ids), chunk):
+        part = windows(batch, slice(i, i + chunk))
+        n = float(part.mask[:, 1:].sum())
+        total += float(next_token_loss(model, part)) * n
         count += n
     return total / max(count, 1.0)
 
@@ -126,16 +122,15 @@ def main(argv=None) -> int:
     paragraphs, modules = training_text()
     random.Random(args.seed).shuffle(paragraphs)
     cut = len(paragraphs) // 20  # 5% of the paragraphs validate (the steps kept); the attacked sentences are not used
-    train_ids, train_mask = packed(tokenizer, paragraphs[cut:], args.T)
-    val_ids, val_mask = packed(tokenizer, paragraphs[:cut], args.T)
-    held_ids, held_mask = encode(tokenizer, sentences(), args.T)
+    train, val = packed(tokenizer, paragraphs[cut:], args.T), packed(tokenizer, paragraphs[:cut], args.T)
+    held = encode(tokenizer, sentences(), args.T)
 
     def losses() -> dict:
-        return {"train": mean_loss(model.eval(), train_ids, train_mask), "validation": mean_loss(model, val_ids, val_mask),
-                "held_out": mean_loss(model, held_ids, held_mask)}
+        return {"train": mean_loss(model.eval(), train), "validation": mean_loss(model, val),
+                "held_out": mean_loss(model, held)}
 
     before = losses()
-    print(f"{len(paragraphs)} paragraphs from {len(modules)} modules, {len(train_ids)} windows of {args.T}; loss "
+    print(f"{len(paragraphs)} paragraphs from {len(modules)} modules, {len(train.ids)} windows of {args.T}; loss "
           f"before: {before}", file=sys.stderr)
     best = (before["validation"], 0, {k: v.clone() for k, v in model.state_dict().items()})
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
@@ -146,23 +141,22 @@ def main(argv=None) -> int:
         for group in opt.param_groups:  # linear warm-up over 5% of the steps, then cosine decay
             warm = max(1, args.steps // 20)
             group["lr"] = args.lr * min(1.0, (step + 1) / warm) * 0.5 * (1 + math.cos(math.pi * step / args.steps))
-        pick = gen.sample(range(len(train_ids)), args.batch)
-        loss = next_token_loss(model, train_ids[pick], train_mask[pick])
+        loss = next_token_loss(model, windows(train, gen.sample(range(len(train.ids)), args.batch)))
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         if (step + 1) % args.every == 0 or step + 1 == args.steps:
-            val = mean_loss(model.eval(), val_ids, val_mask)
+            val_loss = mean_loss(model.eval(), val)
             model.train()
-            if val < best[0]:
-                best = (val, step + 1, {k: v.clone() for k, v in model.state_dict().items()})
-            print(f"step {step + 1}: loss {loss.item():.3f}, validation {val:.3f} ({time.perf_counter() - start:.0f} s)",
+            if val_loss < best[0]:
+                best = (val_loss, step + 1, {k: v.clone() for k, v in model.state_dict().items()})
+            print(f"step {step + 1}: loss {loss.item():.3f}, validation {val_loss:.3f} ({time.perf_counter() - start:.0f} s)",
                   file=sys.stderr, flush=True)
     model.load_state_dict(best[2])  # the steps with the lowest validation loss
     after = losses()
     record = {"width": args.width, "layers": args.layers, "steps": args.steps, "kept_step": best[1], "batch": args.batch, "T": args.T,
-              "lr": args.lr, "vocab_size": args.vocab_size, "seed": args.seed, "paragraphs": len(paragraphs), "windows": len(train_ids),
+              "lr": args.lr, "vocab_size": args.vocab_size, "seed": args.seed, "paragraphs": len(paragraphs), "windows": len(train.ids),
               "modules": modules, "loss_before": before, "loss_after": after,
               "seconds": round(time.perf_counter() - start, 1)}
     save_text_checkpoint(args.out, model, tokenizer)
