@@ -163,6 +163,7 @@ def input_span(ckpt: TextCheckpoint, gradients: dict[str, torch.Tensor], layer: 
     unclear; the first adapted module's). ``limit``: the most visible tokens the update can hold and the fewest
     directions it shows (``visible_limit``, ``span_basis``). docs/text.md."""
     shown = _shown(ckpt, gradients, layer)
+    most, least = limit or (None, 1)
     flip = FAMILIES[ckpt.model_type].transposed
     keys = [src["weight"] for src in shown if "weight" in src]
     if keys:
@@ -173,15 +174,15 @@ def input_span(ckpt: TextCheckpoint, gradients: dict[str, torch.Tensor], layer: 
             weight = torch.cat([params[k].T if flip else params[k] for k in keys])
             basis, rank, floor = noise_rank(g, weight, steps, recorded)
             return InputSpan(basis, rank, int(g.shape[1]), "weight", round_off=floor)
-        basis, rank, fall = span_basis(g, rank_tol, *(limit or (None, 1)))
+        basis, rank, fall = span_basis(g, rank_tol, most, least)
         return InputSpan(basis, rank, int(g.shape[1]), "weight", fall=fall)
     grads_a = [gradients[src["lora_A"]] for src in shown]
     if all(bool(a.any()) for a in grads_a):
-        basis, rank, _ = span_basis(torch.cat(grads_a), rank_tol, *(limit or (None, 1)))
+        basis, rank, _ = span_basis(torch.cat(grads_a), rank_tol, most, least)
         return InputSpan(basis, rank, sum(int(a.shape[0]) for a in grads_a), "lora_A")
     first = shown[0]
     a = dict(ckpt.model.named_parameters())[first["lora_A"]].detach().to(torch.float64)
-    basis, rank, _ = span_basis(gradients[first["lora_B"]], rank_tol, *(limit or (None, 1)))
+    basis, rank, _ = span_basis(gradients[first["lora_B"]], rank_tol, most, least)
     return InputSpan(basis, rank, int(a.shape[0]), "lora_B", down=a)
 
 
