@@ -42,7 +42,12 @@ def victims(side: int, b: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     return x[idx].contiguous(), y[idx] % 10
 
 
-def run(model: str, b: int, attack: str, iterations: int, seed: int) -> dict:
+def parse_options(text: str) -> dict:
+    """``"pos-weight=1,patch-prior=0.1"`` -> the attack's options (numbers as floats); ``""`` -> none."""
+    return {k.strip(): float(v) for k, v in (item.split("=") for item in text.split(",") if item)}
+
+
+def run(model: str, b: int, attack: str, iterations: int, seed: int, options: dict | None = None) -> dict:
     arch, side, kwargs = MODELS[model]
     mean, std = (CIFAR10_MEAN, CIFAR10_STD) if side == 32 else IMAGENET
     spec = ModelSpec(arch, 10, (3, side, side), mean, std, kwargs)
@@ -53,10 +58,12 @@ def run(model: str, b: int, attack: str, iterations: int, seed: int) -> dict:
     session = Session(seed=seed, quiet=True)
     truth = Truth(x, y, torch.zeros(b, dtype=torch.long), [])
     row = {"model": model, "B": b, "attack": attack, "iterations": iterations, "seed": seed}
+    if options:
+        row["options"] = options
     t0 = time.perf_counter()
     try:
         loop = {"iterations": iterations} if attack != "april" else None
-        r = ReconstructJob(session, tm, attack, None, loop, proxies=0).run(truth).report.to_json()
+        r = ReconstructJob(session, tm, attack, options or None, loop, proxies=0).run(truth).report.to_json()
     except NotApplicable as e:
         return {**row, "not_applicable": str(e)}
     m = r["metrics"]
@@ -71,7 +78,8 @@ def table(rows: list[dict]) -> str:
     order = list(MODELS)
     cells = []
     for r in sorted(rows, key=lambda r: (order.index(r["model"]), r["B"], r["seed"])):
-        head = [r["model"], r["B"], r["seed"], r["attack"]]
+        opts = " ".join(f"--{k} {v:g}" for k, v in (r.get("options") or {}).items())
+        head = [r["model"], r["B"], r["seed"], f"{r['attack']} {opts}".strip()]
         if "not_applicable" in r:
             cells.append(head + ["-", "not applicable", "", "", "", ""])
             continue
@@ -89,6 +97,7 @@ def main(argv=None) -> int:
     ap.add_argument("--sizes", default="1,4,16")
     ap.add_argument("--attacks", default="april,ig,fedleak")
     ap.add_argument("--iterations", type=int, default=300)
+    ap.add_argument("--options", default="", help="the attacks' options, e.g. pos-weight=1,patch-prior=0.1")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--table", action="store_true")
@@ -97,14 +106,17 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     done = [json.loads(line) for line in args.out.read_text().splitlines()] if args.out.exists() else []
     if not args.table:
-        keys = {(r["model"], r["B"], r["attack"], r["iterations"] if r["attack"] != "april" else 0, r["seed"]) for r in done}
+        options = parse_options(args.options)
+        keys = {(r["model"], r["B"], r["attack"], r["iterations"] if r["attack"] != "april" else 0, r["seed"],
+                 json.dumps(r.get("options") or {}, sort_keys=True)) for r in done}
         for model in args.models.split(","):
             for b in (int(v) for v in args.sizes.split(",")):
                 for attack in args.attacks.split(","):
-                    key = (model, b, attack, args.iterations if attack != "april" else 0, args.seed)
+                    key = (model, b, attack, args.iterations if attack != "april" else 0, args.seed,
+                           json.dumps(options, sort_keys=True))
                     if key in keys:
                         continue
-                    row = run(model, b, attack, args.iterations, args.seed)
+                    row = run(model, b, attack, args.iterations, args.seed, options)
                     args.out.parent.mkdir(parents=True, exist_ok=True)
                     with args.out.open("a") as f:
                         f.write(json.dumps(row) + "\n")
