@@ -181,7 +181,7 @@ def run(width: int, layers: int, heads: int, b: int, t: int, seed: int, tokenize
             **{k: result.diagnostics.get(k) for k in ("ranks", "saturated", "rank_bound_reached", "span_source",
                                                       "objective", "length", "tau", "per_step", "replay_residual",
                                                       "round_off", "lengths_enumerated", "lengths_searched",
-                                                      "lengths_revisited", "visible_limit", "unexplained_directions")},
+                                                      "lengths_revisited", "visible_limit", "unexplained_directions", "widened")},
             "search": f"shortlist {method.opts['shortlist']}, best first" if encoder and attack == "dager" else None,
             "true_steps": cap.step.tolist() if local_steps > 1 else None,
             "local_step": result.diagnostics.get("local_step"),

@@ -168,6 +168,32 @@ def test_dager_reads_a_shallow_fall_as_the_rank_and_widens_step_ones_threshold_t
     assert sorted(result.sequences) == sorted(truth(batch))
 
 
+def test_lines_cut_short_at_a_fall_above_gap_are_searched_again_at_its_wedin_bound(tiny):
+    """Round-off at 1/3,000 of block 0's weakest direction: a fall above GAP keeps step 1's 1e-5, which cuts true
+    tokens (their distances reach about 1/fall); block 1's unexplained directions say so without the truth, and the
+    second search at NOISE_MARGIN / fall returns every line, still certified by step 2's unwidened threshold."""
+    from fedaudit.attacks.text.dager import GAP, NOISE_MARGIN, TAU1, TAU2
+
+    ckpt = load_text_checkpoint(tiny)
+    grads, meta, batch = capture_text_gradient(ckpt, LINES, max_length=12)
+    key = "transformer.h.0.attn.c_attn.weight"
+    g = grads[key].double()
+    u, s, _ = torch.linalg.svd(g, full_matrices=False)
+    r = sum(n - 1 for n in batch.lengths)
+    noise = torch.randn(g.shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    noise = noise - u[:, :r] @ (u[:, :r].T @ noise)
+    grads[key] = (g + noise * float(s[r - 1]) / 3000 / torch.linalg.matrix_norm(noise, 2)).float()
+    first = TEXT_ATTACKS.get("dager")(tau1=TAU1).run(ckpt, grads, meta.batch_size)  # the first search alone
+    assert first.diagnostics["unexplained_directions"] > 0 and sorted(first.sequences) != sorted(truth(batch))
+    result = TEXT_ATTACKS.get("dager")().run(ckpt, grads, meta.batch_size)
+    d = result.diagnostics
+    assert d["widened"] and d["unexplained_directions"] == 0 and d["ranks"][0] == r
+    assert NOISE_MARGIN / GAP > d["tau"][0] > TAU1 and d["tau"][1] == TAU2
+    assert sorted(result.sequences) == sorted(truth(batch)) and all(result.exact)
+    clean = TEXT_ATTACKS.get("dager")().run(ckpt, capture_text_gradient(ckpt, LINES, max_length=12)[0], 4)
+    assert not clean.diagnostics["widened"] and clean.diagnostics["tau"][0] == TAU1  # nothing unexplained: one search
+
+
 def test_directions_the_lines_do_not_explain_say_a_line_is_short_or_missing(tiny):
     """Truth-free: each distinct prefix of a returned line is one block-1 direction; a line cut short (here by a step-1
     threshold too tight for its later tokens) leaves directions over, and the reveal lines say so."""
