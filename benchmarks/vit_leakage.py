@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.common import RESULTS, markdown, threat_model
+from benchmarks.records import append_row, jsonl_rows
 from fedaudit.client.capture import CaptureConfig
 from fedaudit.data.offline import CIFAR10_MEAN, CIFAR10_STD, foolbox_samples, imagenet_samples
 from fedaudit.errors import NotApplicable
@@ -104,7 +105,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    done = [json.loads(line) for line in args.out.read_text().splitlines()] if args.out.exists() else []
+    done = jsonl_rows(args.out) if args.out.exists() else []
     if not args.table:
         options = parse_options(args.options)
         keys = {(r["model"], r["B"], r["attack"], r["iterations"] if r["attack"] != "april" else 0, r["seed"],
@@ -117,9 +118,7 @@ def main(argv=None) -> int:
                     if key in keys:
                         continue
                     row = run(model, b, attack, args.iterations, args.seed, options)
-                    args.out.parent.mkdir(parents=True, exist_ok=True)
-                    with args.out.open("a") as f:
-                        f.write(json.dumps(row) + "\n")
+                    append_row(args.out, row)
                     done.append(row)
                     print(json.dumps(row), file=sys.stderr, flush=True)
     print(table(done))
