@@ -213,7 +213,7 @@ class Dager(Method):
                      "gradient, widened to 2 s_r+1/s_r where block 0's fall is under 1000x or lines come back short; "
                      "5e-3 for a delta)"),
         MethodOption("tau2", float, 0.0, "span-distance threshold of step 2, a sequence's next position (0: 1e-3 "
-                     "for a gradient, 5e-3 for a delta)"),
+                     "for a gradient, widened to 2 s_r+1/s_r where lines come back short even so; 5e-3 for a delta)"),
         MethodOption("steps-at", str, "replay", "a FedAvg delta's checks: each local step at the weights replayed on "
                      "the steps before it (replay), or every step at the global weights, the reference code's way "
                      "(global: the lines of later steps drift out of the span when the learning rate is not small)",
@@ -279,12 +279,13 @@ class Dager(Method):
         spans = [input_span(ckpt, gradients, layer, tol, rows, local_steps, recorded, limit) for layer in (0, 1)]
         # a rank read at a fall shallower than GAP (a trained model's weak directions, span_basis): the span's
         # weakest directions are off by up to about s_r+1 / s_r (Wedin's sin-theta bound, s_r+1 standing for the
-        # round-off's norm, NOISE_MARGIN times), so a threshold the user did not set widens to it. Measured on a
-        # GPT-2 trained on docstrings: true tokens at 2e-5 to 2e-3 from block 0's span, the reference's 1e-5 cut
-        # them and lines came back short (docs/text.md, "A trained model")
-        tau1, tau2 = (t if self.opts[name] or span.fall is None or span.fall >= GAP else max(t, NOISE_MARGIN / span.fall)
-                      for t, name, span in zip(tau, ("tau1", "tau2"), spans))
-        tau = (tau1, tau2)
+        # round-off's norm, NOISE_MARGIN times), so step 1's threshold, if the user did not set it, widens to it.
+        # Measured on a GPT-2 trained on docstrings: true tokens at 2e-5 to 2e-3 from block 0's span, the
+        # reference's 1e-5 cut them and lines came back short (docs/text.md, "A trained model"). Step 2's, which
+        # certifies the lines, widens only where a search shows it must (``_widened``): at its bound up front
+        # (1.7e-2) a trained width-256 model's B = 16 batch let other lines in and lost 3 of 16; at 1e-3 all exact
+        if not self.opts["tau1"] and spans[0].fall is not None and spans[0].fall < GAP:
+            tau = (max(tau[0], NOISE_MARGIN / spans[0].fall), tau[1])
         diagnostics: dict = {"ranks": [s.rank for s in spans], "width": width, "span_source": [s.source for s in spans],
                              "rank_bounds": [s.bound for s in spans], "visible_limit": limit[0] if limit else None,
                              "tau": list(tau)}
@@ -332,12 +333,11 @@ class Dager(Method):
                 diagnostics.update(extra)
             else:
                 sequences, scores = self._sequences(front, tokens, spans[1], tau[1], start=ckpt.start_id)
-                if not self.opts["tau1"]:
-                    widened = self._widened(front, ckpt, spans, (tokens, sequences, scores), tau, batch_size)
-                    if widened is not None:
-                        (tokens, sequences, scores), tau = widened
-                        diagnostics["tau"] = list(tau)
-                    diagnostics["widened"] = widened is not None
+                widened = self._widened(front, ckpt, spans, (tokens, sequences, scores), tau, batch_size)
+                if widened is not None:
+                    (tokens, sequences, scores), tau = widened
+                    diagnostics["tau"] = list(tau)
+                diagnostics["widened"] = widened is not None
 
         order = sorted(range(len(sequences)), key=lambda i: scores[i])
         # a truth-free check of the whole search: a batch holds at most B distinct sequences (a delta's round K x B);
@@ -367,31 +367,33 @@ class Dager(Method):
 
     def _widened(self, front: GPT2Front | LlamaFront, ckpt: TextCheckpoint, spans: list[InputSpan], found: tuple,
                  tau: tuple[float, float], batch_size: int | None) -> tuple[tuple, tuple[float, float]] | None:
-        """A gradient's second search where the first left block 1's directions unexplained (lines cut short or
-        missed, truth-free: ``unexplained``) and block 0's rank was read at a fall (s_r / s_r+1): step 1's threshold
-        widens to that fall's Wedin bound, NOISE_MARGIN / fall, as a fall under GAP's does at once (run). Above GAP
-        the bound is not applied up front: on random-init models it would let more false tokens into every search
-        for nothing. Measured: round-off at 1/2,000 to 1/5,000 of block 0's weakest direction (a fall above GAP) cut
-        2-11 tokens at 1e-5, each case flagged by unexplained directions (docs/text.md, "A trained model"). The
-        second search is kept only where it explains more of block 1's span and stays consistent (at most B lines);
-        step 2's threshold, which certifies the lines, is never widened. Returns ((tokens, sequences, scores), tau)
-        or None."""
-        fall = spans[0].fall
-        wider = NOISE_MARGIN / fall if fall else 0.0
-        if wider <= tau[0]:
-            return None
-        missing = self._unexplained(spans[1].rank, found[1], found[2], batch_size, ckpt.start_id is not None)
-        if missing == 0:
-            return None
-        tokens = self._tokens(front, spans[0], wider)
-        if tokens is None:  # the wider threshold passes (nearly) every token: nothing to tell apart
-            return None
-        sequences, scores = self._sequences(front, tokens, spans[1], tau[1], start=ckpt.start_id)
-        if batch_size and len(sequences) > batch_size:  # more lines than the batch holds: the wider check let in others
-            return None
-        if self._unexplained(spans[1].rank, sequences, scores, batch_size, ckpt.start_id is not None) >= missing:
-            return None
-        return (tokens, sequences, scores), (wider, tau[1])
+        """A gradient's second searches where the first left block 1's directions unexplained (lines cut short or
+        missed, truth-free: ``unexplained``): first step 1's threshold at block 0's fall's Wedin bound,
+        NOISE_MARGIN / fall (as a fall under GAP's is at once, run), then, if directions are still unexplained, step 2's
+        at block 1's; a user-set threshold is never widened. A search is kept only where it explains more of block 1's
+        span and stays consistent (at most B lines): a wide step-2 threshold can let in lines the batch does not hold.
+        Measured: round-off at 1/2,000 to 1/5,000 of block 0's weakest direction (a fall above GAP) cut 2-11 tokens
+        at 1e-5, each case flagged by unexplained directions (docs/text.md, "A trained model"). Returns ((tokens,
+        sequences, scores), tau) of the last search kept, or None."""
+        start = ckpt.start_id is not None
+        missing = self._unexplained(spans[1].rank, found[1], found[2], batch_size, start)
+        kept = None
+        for step, name in ((0, "tau1"), (1, "tau2")):
+            fall = spans[step].fall
+            wider = NOISE_MARGIN / fall if fall else 0.0
+            if missing == 0 or self.opts[name] or wider <= tau[step]:
+                continue
+            trial = (wider, tau[1]) if step == 0 else (tau[0], wider)
+            tokens = self._tokens(front, spans[0], trial[0]) if step == 0 else found[0]
+            if tokens is None:  # the wider threshold passes (nearly) every token: nothing to tell apart
+                continue
+            sequences, scores = self._sequences(front, tokens, spans[1], trial[1], start=ckpt.start_id)
+            if batch_size and len(sequences) > batch_size:  # more lines than the batch holds: others let in
+                continue
+            left = self._unexplained(spans[1].rank, sequences, scores, batch_size, start)
+            if left < missing:
+                found, tau, missing, kept = (tokens, sequences, scores), trial, left, True
+        return (found, tau) if kept else None
 
     @staticmethod
     def _unexplained(rank: int, sequences: list[list[int]], scores: list[float], batch_size: int | None,
