@@ -194,6 +194,32 @@ def test_lines_cut_short_at_a_fall_above_gap_are_searched_again_at_its_wedin_bou
     assert not clean.diagnostics["widened"] and clean.diagnostics["tau"][0] == TAU1  # nothing unexplained: one search
 
 
+def test_step_twos_threshold_widens_only_where_a_first_search_leaves_lines_short(tiny):
+    """Round-off outside block 1's span at 1/100 of its weakest direction (a fall under GAP): step 2's threshold, which
+    certifies the lines, stays at 1e-3 (up front it widened to the bound, 2e-2) and every line is exact. At 1/30 the
+    last tokens fail 1e-3; the second search widens it by tens up to the bound and keeps the first that explains
+    block 1's span with at most B lines."""
+    from fedaudit.attacks.text.dager import NOISE_MARGIN, TAU2
+
+    ckpt = load_text_checkpoint(tiny)
+    clean, meta, batch = capture_text_gradient(ckpt, LINES, max_length=12)
+    key = "transformer.h.1.attn.c_attn.weight"
+    g = clean[key].double()
+    u, s, _ = torch.linalg.svd(g, full_matrices=False)
+    r = sum(n - 1 for n in batch.lengths)  # every prefix distinct: one block-1 input each
+    noise = torch.randn(g.shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    noise = noise - u[:, :r] @ (u[:, :r].T @ noise)
+    for scale, widened in ((100, False), (30, True)):
+        grads = {**clean, key: (g + noise * float(s[r - 1]) / scale / torch.linalg.matrix_norm(noise, 2)).float()}
+        result = TEXT_ATTACKS.get("dager")().run(ckpt, grads, meta.batch_size)
+        d = result.diagnostics
+        assert d["widened"] is widened and d["unexplained_directions"] == 0
+        assert (TAU2 < d["tau"][1] < NOISE_MARGIN / scale) if widened else d["tau"][1] == TAU2
+        assert sorted(result.sequences) == sorted(truth(batch)) and all(result.exact)
+    short = TEXT_ATTACKS.get("dager")(tau2=TAU2).run(ckpt, grads, meta.batch_size)  # 1/30, the first search alone
+    assert short.diagnostics["unexplained_directions"] > 0 and not any(s in truth(batch) for s in short.sequences)
+
+
 def test_directions_the_lines_do_not_explain_say_a_line_is_short_or_missing(tiny):
     """Truth-free: each distinct prefix of a returned line is one block-1 direction; a line cut short (here by a step-1
     threshold too tight for its later tokens) leaves directions over, and the reveal lines say so."""

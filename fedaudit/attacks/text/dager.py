@@ -368,10 +368,11 @@ class Dager(Method):
     def _widened(self, front: GPT2Front | LlamaFront, ckpt: TextCheckpoint, spans: list[InputSpan], found: tuple,
                  tau: tuple[float, float], batch_size: int | None) -> tuple[tuple, tuple[float, float]] | None:
         """A gradient's second searches where the first left block 1's directions unexplained (lines cut short or
-        missed, truth-free: ``unexplained``): first step 1's threshold at block 0's fall's Wedin bound,
-        NOISE_MARGIN / fall (as a fall under GAP's is at once, run), then, if directions are still unexplained, step 2's
-        at block 1's; a user-set threshold is never widened. A search is kept only where it explains more of block 1's
-        span and stays consistent (at most B lines): a wide step-2 threshold can let in lines the batch does not hold.
+        missed, truth-free: ``unexplained``): step 1's threshold widened up to block 0's fall's Wedin bound,
+        NOISE_MARGIN / fall (as a fall under GAP's is at once, run), then, if directions are still unexplained, step
+        2's up to block 1's, each by ``_ladder``; a user-set threshold is never widened. A search is kept only where it
+        explains more of block 1's span and stays consistent (at most B lines): a wide step-2 threshold can let in lines
+        the batch does not hold (on a trained width-256 model, B = 16: 1e-3 to 1e-2 exact, the bound 1.7e-2 not).
         Measured: round-off at 1/2,000 to 1/5,000 of block 0's weakest direction (a fall above GAP) cut 2-11 tokens
         at 1e-5, each case flagged by unexplained directions (docs/text.md, "A trained model"). Returns ((tokens,
         sequences, scores), tau) of the last search kept, or None."""
@@ -380,19 +381,22 @@ class Dager(Method):
         kept = None
         for step, name in ((0, "tau1"), (1, "tau2")):
             fall = spans[step].fall
-            wider = NOISE_MARGIN / fall if fall else 0.0
-            if missing == 0 or self.opts[name] or wider <= tau[step]:
+            bound = NOISE_MARGIN / fall if fall else 0.0
+            if self.opts[name] or bound <= tau[step]:
                 continue
-            trial = (wider, tau[1]) if step == 0 else (tau[0], wider)
-            tokens = self._tokens(front, spans[0], trial[0]) if step == 0 else found[0]
-            if tokens is None:  # the wider threshold passes (nearly) every token: nothing to tell apart
-                continue
-            sequences, scores = self._sequences(front, tokens, spans[1], trial[1], start=ckpt.start_id)
-            if batch_size and len(sequences) > batch_size:  # more lines than the batch holds: others let in
-                continue
-            left = self._unexplained(spans[1].rank, sequences, scores, batch_size, start)
-            if left < missing:
-                found, tau, missing, kept = (tokens, sequences, scores), trial, left, True
+            for wider in _ladder(tau[step], bound):
+                if missing == 0:
+                    break
+                trial = (wider, tau[1]) if step == 0 else (tau[0], wider)
+                tokens = self._tokens(front, spans[0], trial[0]) if step == 0 else found[0]
+                if tokens is None:  # the wider threshold passes (nearly) every token: nothing to tell apart
+                    break
+                sequences, scores = self._sequences(front, tokens, spans[1], trial[1], start=ckpt.start_id)
+                if batch_size and len(sequences) > batch_size:  # more lines than the batch holds: others let in,
+                    break  # and a wider threshold lets in more
+                left = self._unexplained(spans[1].rank, sequences, scores, batch_size, start)
+                if left < missing:
+                    found, tau, missing, kept = (tokens, sequences, scores), trial, left, True
         return (found, tau) if kept else None
 
     @staticmethod
@@ -523,6 +527,18 @@ class Dager(Method):
         if start is not None:
             done = [s[1:] if s[:1] == [start] else s for s in done]
         return done, scores
+
+
+def _ladder(tau: float, bound: float) -> list[float]:
+    """The wider thresholds a second search tries, narrowest first: tau times 10, 100, ... below ``bound``, then
+    ``bound`` (the Wedin bound is an upper bound on the span's error: true tokens sit inside it, often well inside,
+    and every step wider lets more false ones in)."""
+    steps = []
+    t = tau * 10
+    while t < bound:
+        steps.append(t)
+        t *= 10
+    return steps + [bound]
 
 
 def unexplained(rank: int, lines: list[list[int]], start: bool) -> int:
