@@ -54,6 +54,8 @@ def run(model: str, b: int, attack: str, iterations: int, seed: int, options: di
     spec = ModelSpec(arch, 10, (3, side, side), mean, std, kwargs)
     torch.manual_seed(seed)
     net = build_model(spec).eval()
+    if model == "vit-b16":  # torchvision zero-initialises the head, which passes no gradient back at round 0 (april
+        torch.nn.init.normal_(net.heads.head.weight, std=0.02)  # says so): a later round's, any non-zero head
     x, y = victims(side, b, seed)
     tm = threat_model(spec, net, x, y, CaptureConfig(batch_size=b, bn_mode="eval"))
     session = Session(seed=seed, quiet=True)

@@ -24,6 +24,7 @@ from torch.func import functional_call, grad, vmap
 
 from fedaudit.attacks.objectives import reference_norm
 from fedaudit.conversion import gradient_scale
+from fedaudit.models.attention import differentiable_attention
 from fedaudit.models.normalize import normalize
 from fedaudit.threat_model import ThreatModel
 
@@ -78,7 +79,8 @@ class GradientEngine:
                 if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
                     hooks.append(m.register_forward_hook(lambda mod, i, o, name=name: bn_inputs.append((name, i[0]))))
         try:
-            return functional_call(self.model, state, (normalize(x01, self.spec),), tie_weights=self._tied)
+            with differentiable_attention():  # a ViT's attention, differentiated twice (fedaudit/models/attention.py)
+                return functional_call(self.model, state, (normalize(x01, self.spec),), tie_weights=self._tied)
         finally:
             for h in hooks:
                 h.remove()
@@ -132,7 +134,8 @@ class GradientEngine:
         def loss(m: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
             return self.loss(functional_call(model, {**fixed, **m}, (normalize(x, self.spec),)), labels)
 
-        g = vmap(grad(loss), in_dims=(None, 0))(matched, x01)
+        with differentiable_attention():
+            g = vmap(grad(loss), in_dims=(None, 0))(matched, x01)
         return [g[k] for k in names]
 
     def _unrolled(self, x01, labels, create_graph, capture, bn_inputs=None):

@@ -49,6 +49,7 @@ from fedaudit.errors import NotApplicable
 from fedaudit.labels.base import LabelMethod, LabelResult, integer_counts, samples_in_update
 from fedaudit.labels.registry import LABEL_METHODS
 from fedaudit.methods import MethodOption
+from fedaudit.models.attention import differentiable_attention
 from fedaudit.models.normalize import normalize
 from fedaudit.progress import advance
 from fedaudit.requirements import BATCH_SIZE
@@ -190,7 +191,8 @@ class _Simulation:
 
     def _gradient(self, theta: dict, mix: torch.Tensor) -> dict:
         buffers = {n: b.clone() for n, b in self.buffers.items()}  # train-mode BatchNorm updates them in place
-        out = functional_call(self.tm.model, {**self.start, **theta, **buffers}, (self.x,))
+        with differentiable_attention():  # differentiated twice (fedaudit/models/attention.py)
+            out = functional_call(self.tm.model, {**self.start, **theta, **buffers}, (self.x,))
         loss = (F.cross_entropy(out, self.y, reduction="none") * (self.onehot_scaled @ mix)).sum()
         grads = torch.autograd.grad(loss, [theta[n] for n in self.names], create_graph=True)
         return dict(zip(self.names, grads))
