@@ -46,6 +46,7 @@ import torch.nn.functional as F
 
 from fedaudit.errors import NotApplicable
 from fedaudit.io.text_checkpoint import TextCheckpoint
+from fedaudit.models.attention import differentiable_attention
 from fedaudit.models.text_families import FAMILIES
 from fedaudit.progress import advance
 from fedaudit.text_threat_model import shown_length
@@ -150,7 +151,8 @@ class MatchingProblem:
             target = torch.softmax(labels, dim=-1)
         else:  # the first token is predicted from nothing
             target = torch.softmax(labels[:, 1:], dim=-1)
-        logits = self.model(inputs_embeds=x).logits
+        with differentiable_attention():  # differentiated twice (fedaudit/models/attention.py)
+            logits = self.model(inputs_embeds=x).logits
         loss = -(target * torch.log_softmax(logits[:, :-1], dim=-1)).sum(-1).mean() * (len(u) / self.batch_size)
         return torch.autograd.grad(loss, self.params, create_graph=create_graph)
 
@@ -160,7 +162,8 @@ class MatchingProblem:
         cls, sep = (v.expand(n, 1, d) for v in self.frame)
         x = torch.cat([cls, self.sigma * u, sep], dim=1)
         classes = self.classes[rows if rows is not None else list(range(n))]
-        logits = self.model(inputs_embeds=x, token_type_ids=torch.zeros(x.shape[:2], dtype=torch.long)).logits
+        with differentiable_attention():
+            logits = self.model(inputs_embeds=x, token_type_ids=torch.zeros(x.shape[:2], dtype=torch.long)).logits
         loss = F.cross_entropy(logits, classes) * (n / self.batch_size)
         return torch.autograd.grad(loss, self.params, create_graph=create_graph)
 
