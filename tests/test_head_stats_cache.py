@@ -46,3 +46,18 @@ def test_a_forward_hook_on_the_model_gets_its_pass():
     finally:
         hook.remove()
     assert sum(seen) == 8
+
+
+def test_the_label_evidence_makes_one_pass_for_its_methods_without_aux(monkeypatch):
+    from fedaudit.labels.registry import LABEL_METHODS
+    from fedaudit.session import Session
+    from fedaudit.verdict.labels import label_evidence
+
+    tm, _ = load_sample("lenet_b4")
+    session = Session()
+    result = LABEL_METHODS.get("idlg")().run(tm, session)
+    calls = []
+    real = features.output_layer_io
+    monkeypatch.setattr(features, "output_layer_io", lambda *a, **k: calls.append(1) or real(*a, **k))
+    evidence = label_evidence(tm, session, "idlg", result)
+    assert evidence["methods_compared"] >= 2 and len(calls) == 1  # was one pass per method (fresh dummies each)

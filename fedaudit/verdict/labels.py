@@ -58,13 +58,13 @@ def _others(tm: ThreatModel, session: Session, method: str, result: LabelResult)
     if cands:
         return {c["method"]: torch.tensor(c["counts"]) for c in cands}
     out: dict[str, torch.Tensor] = {}
+    # one set of dummies for every method without aux: their output-layer pass is then shared (labels/features.py)
+    dummied = session.replace(aux=Aux.dummies(tm.spec, DUMMIES, session.seed)) if session.aux is None else session
     for name in QUICK:
         if name == method:
             continue
         cls = LABEL_METHODS.get(name)
-        sub = session
-        if session.aux is None and cls.aux in ("optional", "labelled"):
-            sub = session.replace(aux=Aux.dummies(tm.spec, DUMMIES, session.seed))
+        sub = dummied if cls.aux in ("optional", "labelled") else session
         if cls.why_not(tm, sub) or not cls.counts_capable:
             continue
         try:
