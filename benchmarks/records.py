@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -16,3 +17,19 @@ def append_row(path: Path, row: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as f:
         f.write(json.dumps(row) + "\n")
+
+
+def grid_arguments(ap: argparse.ArgumentParser, out: Path) -> None:
+    """The options every resumable grid takes: ``--threads`` (torch's, 1 by default), ``--table`` (print the table
+    from the rows, run nothing) and ``--out`` (the rows' file, ``out`` by default)."""
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--table", action="store_true")
+    ap.add_argument("--out", type=Path, default=out)
+
+
+def grid_rows(args: argparse.Namespace) -> list[dict]:
+    """Sets torch's threads from ``args`` and returns the rows ``args.out`` already holds (none if it is absent)."""
+    import torch
+
+    torch.set_num_threads(args.threads)
+    return jsonl_rows(args.out) if args.out.exists() else []

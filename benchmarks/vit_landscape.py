@@ -16,12 +16,11 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from pathlib import Path
 
 import torch
 
 from benchmarks.common import RESULTS, markdown, threat_model
-from benchmarks.records import append_row, jsonl_rows
+from benchmarks.records import append_row, grid_arguments, grid_rows
 from benchmarks.vit_leakage import MODELS, victims
 from fedaudit.attacks.engine import GradientEngine
 from fedaudit.attacks.objectives import cosine_distance
@@ -86,12 +85,9 @@ def main(argv=None) -> int:
     ap.add_argument("--batch-seeds", default="0,1")
     ap.add_argument("--starts", default="random,truth+0.1")
     ap.add_argument("--evaluations", type=int, default=600)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--table", action="store_true")
-    ap.add_argument("--out", type=Path, default=OUT)
+    grid_arguments(ap, OUT)
     args = ap.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    rows = jsonl_rows(args.out) if args.out.exists() else []
+    rows = grid_rows(args)
     if not args.table:
         done = {(r["model"], r["B"], r["batch_seed"], r["start"], r["evaluations"]) for r in rows}
         for model in args.models.split(","):

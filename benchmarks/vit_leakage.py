@@ -18,12 +18,11 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 
 import torch
 
 from benchmarks.common import RESULTS, markdown, threat_model
-from benchmarks.records import append_row, jsonl_rows
+from benchmarks.records import append_row, grid_arguments, grid_rows
 from fedaudit.client.capture import CaptureConfig
 from fedaudit.data.offline import CIFAR10_MEAN, CIFAR10_STD, foolbox_samples, imagenet_samples
 from fedaudit.errors import NotApplicable
@@ -102,12 +101,9 @@ def main(argv=None) -> int:
     ap.add_argument("--iterations", type=int, default=300)
     ap.add_argument("--options", default="", help="the attacks' options, e.g. pos-weight=1,patch-prior=0.1")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--table", action="store_true")
-    ap.add_argument("--out", type=Path, default=OUT)
+    grid_arguments(ap, OUT)
     args = ap.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    done = jsonl_rows(args.out) if args.out.exists() else []
+    done = grid_rows(args)
     if not args.table:
         options = parse_options(args.options)
         keys = {(r["model"], r["B"], r["attack"], r["iterations"] if r["attack"] != "april" else 0, r["seed"],
