@@ -28,12 +28,10 @@ def head_stats(tm: ThreatModel, images: torch.Tensor, normalized: bool = False, 
     (the same objects, held weakly), unchanged since (their in-place version counters, the results' own included),
     and never while a forward hook is on the model: its caller wants the pass's side effects."""
     model = tm.model
-    if any(m._forward_hooks or m._forward_pre_hooks for m in model.modules()):  # a caller reading the pass itself
-        h, z = output_layer_io(model, tm.spec, tm.output_layer, images, tm.train_bn, normalized, chunk)  # (GDBR)
-        return h, torch.softmax(z, dim=1)
+    hooked = any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())  # a caller reading the pass (GDBR)
     key = (id(model), tuple(p._version for p in model.parameters()), id(images), images._version, normalized,
            tm.train_bn, tm.output_layer, chunk)
-    kept = _RECENT.get(key)
+    kept = None if hooked else _RECENT.get(key)
     if kept is not None:
         model_ref, images_ref, h, p, versions = kept
         if model_ref() is model and images_ref() is images and (h._version, p._version) == versions:
@@ -41,9 +39,10 @@ def head_stats(tm: ThreatModel, images: torch.Tensor, normalized: bool = False, 
             return h, p
     h, z = output_layer_io(model, tm.spec, tm.output_layer, images, tm.train_bn, normalized, chunk)
     p = torch.softmax(z, dim=1)
-    _RECENT[key] = (weakref.ref(model), weakref.ref(images), h, p, (h._version, p._version))
-    while len(_RECENT) > KEEP:
-        _RECENT.popitem(last=False)
+    if not hooked:
+        _RECENT[key] = (weakref.ref(model), weakref.ref(images), h, p, (h._version, p._version))
+        while len(_RECENT) > KEEP:
+            _RECENT.popitem(last=False)
     return h, p
 
 
