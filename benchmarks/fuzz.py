@@ -39,7 +39,7 @@ from safetensors.torch import save as st_save
 from typer.testing import CliRunner
 
 from benchmarks.fuzz_inputs import mutate_image_folder, mutate_labels_file, mutate_npz
-from benchmarks.records import jsonl_rows
+from benchmarks.records import append_row, jsonl_rows
 from fedaudit.cli.app import app
 from fedaudit.io.checkpoint import load_checkpoint
 from fedaudit.io.files import read_safetensors
@@ -260,8 +260,7 @@ def fuzz(cases: int, seed: int = 0, fast: bool = False, start: int = 0, log: Pat
             rows.append({**run_case(runner, seed * 1_000_003 + i, Path(tmp), fast, limit), "limit_s": round(limit, 1),
                          "baseline_s": round(baseline, 3)})
             if log is not None:  # one row per line as it finishes: a killed run keeps what it found
-                with log.open("a") as fh:
-                    fh.write(json.dumps(rows[-1]) + "\n")
+                append_row(log, rows[-1])
     return rows
 
 

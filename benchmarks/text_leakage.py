@@ -48,7 +48,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.common import RESULTS, markdown
-from benchmarks.records import jsonl_rows
+from benchmarks.records import append_row, jsonl_rows
 from fedaudit.attacks.text import TEXT_ATTACKS
 from fedaudit.client.text_capture import capture_text_update
 from fedaudit.conversion import to_average_gradient
@@ -304,8 +304,7 @@ def main(argv=None) -> int:
                           args.double, args.steps_at, init_range, args.shortlist, args.family, args.checkpoint,
                           args.join)
                 print(json.dumps(row), file=sys.stderr, flush=True)
-                with args.out.open("a") as f:
-                    f.write(json.dumps(row) + "\n")
+                append_row(args.out, row)
     return 0
 
 

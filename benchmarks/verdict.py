@@ -35,6 +35,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.common import RESULTS, defended_and_loop, mnist_split, threat_model, trained
+from benchmarks.records import append_row, jsonl_rows
 from fedaudit.client.capture import CaptureConfig
 from fedaudit.data.offline import CIFAR10_MEAN, CIFAR10_STD, MNIST_MEAN, MNIST_STD, cifar10_samples
 from fedaudit.io.truth import Truth
@@ -125,13 +126,12 @@ def run(case: dict) -> dict:
 
 def collect(split: str, n: int, seed: int, out: Path) -> None:
     path = out / f"verdict_{split}.jsonl"
-    done = {json.loads(line)["id"] for line in path.read_text().splitlines()} if path.exists() else set()
+    done = {r["id"] for r in rows(split, out)}
     for case in cases(split, n, seed):
         if case["id"] in done:
             continue
         row = run(case)
-        with path.open("a") as f:
-            f.write(json.dumps(row) + "\n")
+        append_row(path, row)
         print(f"{split} {case['id']}: {case['model']} {case['data']} B={case['B']} {case['attack']}/{case['iterations']} "
               f"{case['defense']} R={case['restarts']}: {row['measured_band']} (est {row['evidence']['verdict']['band']}) "
               f"{row['seconds']} s", file=sys.stderr, flush=True)
@@ -139,7 +139,7 @@ def collect(split: str, n: int, seed: int, out: Path) -> None:
 
 def rows(split: str, out: Path) -> list[dict]:
     path = out / f"verdict_{split}.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    return jsonl_rows(path) if path.exists() else []
 
 
 def fit(train: list[dict], target_under: float = 0.03, ridge: float = 1.0, grid: int = 60) -> dict:
