@@ -2,7 +2,9 @@
 with the next-token loss on the docstrings of standard-library modules *other* than the ones the attacked sentences
 come from (fedaudit/models/text_tiny.py's CORPUS_MODULES), so that it knows the language of the attacked lines
 without having seen them. No pretrained language model ships offline; this is the nearest stand-in (a small model
-that has learnt English from API documentation), not GPT-2's weights.
+that has learnt English from API documentation), not GPT-2's weights. Its training text is the running Python's
+docstrings (``docstrings``; the attacked sentences and the tokenizer come from the frozen corpus, the same on every
+Python), so the rows' models were trained on Python 3.11.7's.
 
     PYTHONPATH=. .venv/bin/python -m benchmarks.text_pretrain OUT --width 256 --layers 4 --steps 1500
     PYTHONPATH=. .venv/bin/python -m benchmarks.text_pretrain OUT --steps 0      # the same model at random init
@@ -31,7 +33,7 @@ import torch
 from benchmarks.text_leakage import sentences
 from fedaudit.client.text_capture import TextBatch, ended_batch, next_token_loss
 from fedaudit.io.text_checkpoint import save_text_checkpoint
-from fedaudit.models.text_tiny import CORPUS_MODULES, EOS, corpus, gpt2, train_tokenizer
+from fedaudit.models.text_tiny import CORPUS_MODULES, EOS, docstrings, gpt2, train_tokenizer
 
 TRAIN_MODULES = (  # standard-library modules outside CORPUS_MODULES (those missing on a Python are skipped)
     "abc", "ast", "asyncio", "base64", "bisect", "bz2", "calendar", "cmd", "code", "codecs", "concurrent.futures",
@@ -61,7 +63,7 @@ def training_text() -> tuple[list[str], list[str]]:
             continue
         modules.append(name)
     attacked = set(sentences())
-    paragraphs = sorted({p for p in corpus(tuple(modules))
+    paragraphs = sorted({p for p in docstrings(tuple(modules))
                          if not any(s.rstrip(".") + "." in attacked for s in p.split(". "))})
     return paragraphs, modules
 

@@ -232,3 +232,20 @@ def test_directions_the_lines_do_not_explain_say_a_line_is_short_or_missing(tiny
     tight = TEXT_ATTACKS.get("dager")(tau1=1e-9).run(ckpt, grads, meta.batch_size)
     found = sum(len(s) for s in tight.sequences)
     assert found < sum(n - 1 for n in batch.lengths) and tight.diagnostics["unexplained_directions"] > 0
+
+
+def test_the_text_corpus_is_frozen_not_read_from_the_running_python(monkeypatch):
+    # the docstrings differ between Python releases; tokenizers, samples and tests read the frozen copy, so a
+    # tokenizer trained with the live docstrings unavailable is the same one
+    from fedaudit.models import text_tiny
+
+    paragraphs = text_tiny.corpus()
+    assert len(paragraphs) > 1000 and all(p and p == p.strip() and "\n" not in p for p in paragraphs)
+    before = train_tokenizer(300).to_str()
+
+    def unavailable(*a, **k):
+        raise AssertionError("read the running Python's docstrings")
+
+    monkeypatch.setattr(text_tiny, "docstrings", unavailable)
+    monkeypatch.setattr(text_tiny.inspect, "getdoc", unavailable)
+    assert train_tokenizer(300).to_str() == before

@@ -242,7 +242,6 @@ def test_the_shipped_text_sample_leaks_every_line(cli, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(__import__("sys").version_info[:2] != (3, 11), reason="the tokenizer is trained on Python 3.11's docstrings")
 def test_the_text_sample_regenerates_byte_for_byte(tmp_path):
     import importlib.util
 

@@ -1,13 +1,22 @@
 """Small language models built offline, for tests, samples and benchmarks: tokenizers trained by ``tokenizers`` on
 text that ships with Python (the standard library's docstrings; byte-level BPE for GPT-2, WordPiece for BERT), and
 GPT-2- and LLaMA-shaped decoders and BERT-shaped classifiers at random init built from ``transformers`` configs (nothing
-downloaded)."""
+downloaded).
+
+The docstrings differ from one Python release to the next, and a tokenizer trained on them with them, so the text
+is frozen: ``text_corpus.txt`` beside this module holds the CORPUS_MODULES' docstrings as Python 3.11.7 has them
+(``python -m fedaudit.models.text_tiny --freeze`` rewrote it), and ``corpus()`` reads that file, so tokenizers,
+samples, tests and benchmark sentences are the same on every Python fedaudit supports. ``docstrings()`` reads a
+running Python's own (benchmarks/text_pretrain.py's training text).
+"""
 
 from __future__ import annotations
 
 import importlib
 import inspect
+import sys
 import warnings
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -21,8 +30,17 @@ CORPUS_MODULES = ("argparse", "collections", "dataclasses", "functools", "inspec
                   "os", "pathlib", "re", "shutil", "string", "subprocess", "textwrap", "typing", "unittest", "zipfile")
 
 
-def corpus(modules: tuple[str, ...] = CORPUS_MODULES) -> list[str]:
-    """Every docstring of the ``modules``' public members (the CORPUS_MODULES by default), one paragraph a line."""
+FROZEN = Path(__file__).with_name("text_corpus.txt")
+
+
+def corpus() -> list[str]:
+    """The CORPUS_MODULES' docstrings frozen at Python 3.11.7 (``FROZEN``), one paragraph a line, in ``docstrings``'
+    order: the same text on every Python."""
+    return FROZEN.read_text(encoding="utf-8").splitlines()
+
+
+def docstrings(modules: tuple[str, ...] = CORPUS_MODULES) -> list[str]:
+    """Every docstring of the ``modules``' public members on the running Python, one paragraph a line."""
     lines: list[str] = []
     with warnings.catch_warnings():  # some members are deprecated aliases (typing.io) that warn when read
         warnings.simplefilter("ignore")
@@ -146,3 +164,11 @@ def add_lora(ckpt: Any, r: int = 16, alpha: float | None = None, targets: tuple[
             if ".lora_B." in name:
                 p.zero_() if fresh else p.normal_(0.0, 0.02)
     return config
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--freeze"]:
+        raise SystemExit("usage: python -m fedaudit.models.text_tiny --freeze  (rewrites text_corpus.txt from this "
+                         "Python's docstrings; the file in the repository is Python 3.11.7's)")
+    FROZEN.write_text("".join(f"{line}\n" for line in docstrings()), encoding="utf-8")
+    print(f"{FROZEN}: {len(docstrings())} paragraphs from Python {sys.version.split()[0]}")

@@ -317,6 +317,7 @@ class Dager(Method):
             if multi and self.opts["steps-at"] == "replay":
                 assert local is not None and batch_size
                 sequences, scores, extra = self._peel(ckpt, spans, tokens, batch_size, local, tau)
+                extra["widened"] = False  # every report says whether the search widened (a reproduced replay: no)
                 if extra["replay_residual"] >= REPLAYED and not (self.opts["tau1"] or self.opts["tau2"]):
                     # not reproduced: a true line's weak directions may sit in the round-off (near the width, or
                     # a line used twice in a cycling round, whose two copies differ only by the drift), which puts
