@@ -146,6 +146,30 @@ def test_a_gradients_rank_is_read_up_to_the_visible_tokens_where_its_fall_is_sha
     assert span_basis(smooth + 1e-9 * torch.randn(48, 32, generator=g, dtype=torch.float64), None, 14, least=8)[1] == 32
 
 
+def test_a_float32_gradients_rank_is_read_at_its_round_off_where_no_limit_applies():
+    """A trained model's weak directions over float32 round-off with more possible visible tokens than the width (no
+    limit applies): 40 directions from 1 down to 1e-5 over a round-off near 1e-8 fall by under GAP; nothing lies
+    between float32's eps and NOISE_MARGIN eps (relative to the largest), so the 40 above are the rank. A spectrum
+    that runs smoothly into the round-off keeps its full rank, as before."""
+    from fedaudit.attacks.text.dager import GAP, span_basis
+
+    g = torch.Generator().manual_seed(1)
+    u, _ = torch.linalg.qr(torch.randn(300, 40, generator=g, dtype=torch.float64))
+    v, _ = torch.linalg.qr(torch.randn(100, 40, generator=g, dtype=torch.float64))
+    grad = (u @ torch.diag(torch.logspace(0, -5, 40, dtype=torch.float64)) @ v.T).float()
+    grad = grad + 1e-8 / 27 * torch.randn(300, 100, generator=g)  # a float32 accumulation's round-off
+    s = torch.linalg.svdvals(grad.double())
+    assert float(s[39] / s[40]) < GAP and float(s[40] / s[0]) < torch.finfo(torch.float32).eps
+    basis, rank, fall = span_basis(grad, None, limit=400)
+    assert rank == 40 and basis.shape == (100, 40) and fall == pytest.approx(float(s[39] / s[40]), rel=1e-4)
+    assert span_basis(grad, None, limit=400, least=41)[1] == 100  # fewer directions than the longest line's positions
+    assert span_basis(grad.double(), None)[1] == 100  # in float64 the same values are far above its round-off
+    u, _ = torch.linalg.qr(torch.randn(300, 100, generator=g, dtype=torch.float64))
+    w, _ = torch.linalg.qr(torch.randn(100, 100, generator=g, dtype=torch.float64))
+    smooth = (u @ torch.diag(torch.logspace(0, -9, 100, dtype=torch.float64)) @ w.T).float()
+    assert span_basis(smooth, None, limit=400)[1] == 100
+
+
 def test_dager_reads_a_shallow_fall_as_the_rank_and_widens_step_ones_threshold_to_it(tiny):
     """A trained model's block-0 gradient: round-off at 1% of its weakest direction (a fall of about 100x, under
     GAP) would read as full rank ("saturated"); up to the visible tokens the fall gives the rank, and step 1's
