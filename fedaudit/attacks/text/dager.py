@@ -86,14 +86,15 @@ def span_basis(gradient: torch.Tensor, rank_tol: float | None, limit: int | None
         if rank == positive.numel() and limit is not None and 0 < limit < rank:
             shallow = int(torch.argmax(falls[:limit])) + 1
             rank = shallow if shallow >= least else rank
-        if rank == positive.numel():
+        elif rank == positive.numel():  # no limit below the width: read at the round-off, if a gap straddles it
             rank = _above_round_off(s, torch.finfo(gradient.dtype).eps, least) or rank
     fall = float(s[rank - 1] / s[rank]) if 0 < rank < s.numel() and float(s[rank]) > 0 else None
     return vh[:rank].T.contiguous(), rank, fall
 
 
 def _above_round_off(s: torch.Tensor, eps: float, least: int) -> int | None:
-    """A gradient's rank read at the recorded precision's round-off, where no fall reaches GAP and no limit applies:
+    """A gradient's rank read at the recorded precision's round-off, where no fall reaches GAP and no limit below the
+    width applies (where one does, its reading stands: BERT's 0.02 init stays "saturated"):
     the singular values above NOISE_MARGIN * eps * s_0, provided none lies between eps * s_0 and that (a gap that
     straddles the round-off: the values below are round-off, those above the inputs' directions) and at least
     ``least`` are above; else None (a spectrum that runs smoothly into the round-off, as BERT's 0.02 init gives, keeps
