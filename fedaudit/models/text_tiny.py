@@ -170,5 +170,6 @@ if __name__ == "__main__":
     if sys.argv[1:] != ["--freeze"]:
         raise SystemExit("usage: python -m fedaudit.models.text_tiny --freeze  (rewrites text_corpus.txt from this "
                          "Python's docstrings; the file in the repository is Python 3.11.7's)")
-    FROZEN.write_text("".join(f"{line}\n" for line in docstrings()), encoding="utf-8")
-    print(f"{FROZEN}: {len(docstrings())} paragraphs from Python {sys.version.split()[0]}")
+    paragraphs = docstrings()
+    FROZEN.write_text("".join(f"{line}\n" for line in paragraphs), encoding="utf-8")
+    print(f"{FROZEN}: {len(paragraphs)} paragraphs from Python {sys.version.split()[0]}")

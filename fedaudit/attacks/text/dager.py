@@ -83,24 +83,25 @@ def span_basis(gradient: torch.Tensor, rank_tol: float | None, limit: int | None
         positive = s[s > 0]
         falls = positive[:-1] / positive[1:]
         rank = int(torch.argmax(falls)) + 1 if falls.numel() and float(falls.max()) > GAP else int(positive.numel())
-        if rank == positive.numel() and limit is not None and 0 < limit < rank:
-            shallow = int(torch.argmax(falls[:limit])) + 1
-            rank = shallow if shallow >= least else rank
-        elif rank == positive.numel():  # no limit below the width: read at the round-off, if a gap straddles it
-            rank = _above_round_off(s, torch.finfo(gradient.dtype).eps, least) or rank
+        if rank == positive.numel():  # no fall reaches GAP
+            if limit is not None and 0 < limit < rank:
+                shallow = int(torch.argmax(falls[:limit])) + 1
+                rank = shallow if shallow >= least else rank
+            else:  # no limit below the width: read at the round-off, if a gap straddles it
+                rank = _above_round_off(s, torch.finfo(gradient.dtype).eps, least) or rank
     fall = float(s[rank - 1] / s[rank]) if 0 < rank < s.numel() and float(s[rank]) > 0 else None
     return vh[:rank].T.contiguous(), rank, fall
 
 
 def _above_round_off(s: torch.Tensor, eps: float, least: int) -> int | None:
     """A gradient's rank read at the recorded precision's round-off, where no fall reaches GAP and no limit below the
-    width applies (where one does, its reading stands: BERT's 0.02 init stays "saturated"):
-    the singular values above NOISE_MARGIN * eps * s_0, provided none lies between eps * s_0 and that (a gap that
-    straddles the round-off: the values below are round-off, those above the inputs' directions) and at least
-    ``least`` are above; else None (a spectrum that runs smoothly into the round-off, as BERT's 0.02 init gives, keeps
-    its full rank). On a GPT-2-small-width model trained on docstrings (B = 32, T = 32) block 0's inputs fell 666x,
-    from 1.2e-5 to 1.8e-8 of s_0, with 504 visible tokens against a limit of 928 above the width: read as full rank,
-    DAGER said "saturated" (docs/results/text.md, "A trained model at GPT-2-small's width")."""
+    width applies (where one does, its reading stands): the singular values above NOISE_MARGIN * eps * s_0, provided
+    none lies between eps * s_0 and that (a gap that straddles the round-off: the values below are round-off, those
+    above the inputs' directions) and at least ``least`` are above; else None (a spectrum that runs smoothly into the
+    round-off keeps its full rank; BERT's 0.02 init, under its limit, stays "saturated"). On a GPT-2-small-width
+    model trained on docstrings (B = 32, T = 32) block 0's inputs fell 666x, from 1.2e-5 to 1.8e-8 of s_0, with 504
+    visible tokens against a limit of 928 above the width: read as full rank, DAGER said "saturated"
+    (docs/results/text.md, "A trained model at GPT-2-small's width")."""
     top = float(s[0])
     rank = int((s > NOISE_MARGIN * eps * top).sum())
     if rank < least or rank >= s.numel() or int((s > eps * top).sum()) != rank:
@@ -224,10 +225,10 @@ class Dager(Method):
     paper = "Petrov et al., DAGER: Exact Gradient Inversion for Large Language Models, NeurIPS 2024"
     uses_labels = False  # the span checks do not depend on them
     options = (
-        MethodOption("rank-tol", float, 0.0, "relative singular-value tolerance of the gradients' rank (0: where the "
-                     "singular values fall by more than 1000x at once, else at a gap across the gradient's float round-off; "
-                     "for a delta above its round-off; the "
-                     "reference code uses numpy's sigma_max * max(shape) * eps)"),
+        MethodOption("rank-tol", float, 0.0, "relative singular-value tolerance of the gradients' rank (0: a "
+                     "gradient's where its singular values fall by more than 1000x at once, else at a gap across its "
+                     "float round-off; a delta's above its round-off; the reference code uses numpy's "
+                     "sigma_max * max(shape) * eps)"),
         MethodOption("tau1", float, 0.0, "span-distance threshold of step 1, a token at a position (0: 1e-5 for a "
                      "gradient, widened to 2 s_r+1/s_r where block 0's fall is under 1000x or lines come back short; "
                      "5e-3 for a delta)"),
