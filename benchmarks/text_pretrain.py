@@ -33,7 +33,7 @@ import torch
 from benchmarks.text_leakage import sentences
 from fedaudit.client.text_capture import TextBatch, ended_batch, next_token_loss
 from fedaudit.io.text_checkpoint import save_text_checkpoint
-from fedaudit.models.text_tiny import CORPUS_MODULES, EOS, docstrings, gpt2, train_tokenizer
+from fedaudit.models.text_tiny import CORPUS_MODULES, EOS, docstrings, gpt2, llama, train_tokenizer
 
 TRAIN_MODULES = (  # standard-library modules outside CORPUS_MODULES (those missing on a Python are skipped)
     "abc", "ast", "asyncio", "base64", "bisect", "bz2", "calendar", "cmd", "code", "codecs", "concurrent.futures",
@@ -68,19 +68,25 @@ def training_text() -> tuple[list[str], list[str]]:
     return paragraphs, modules
 
 
-def encode(tokenizer, lines: list[str], t: int) -> TextBatch:
-    """The attacked lines as the client's capture frames them: each cut to t - 1 tokens and ended with EOS."""
-    return ended_batch([tokenizer.encode(line, add_special_tokens=False).ids[:t - 1] for line in lines],
-                       tokenizer.token_to_id(EOS))
+def encode(tokenizer, lines: list[str], t: int, start_token: bool = False) -> TextBatch:
+    """The attacked lines as the client's capture frames them: each cut to t - 1 tokens and ended with EOS (LLaMA:
+    begun with the start token, EOS's id, fedaudit.models.text_tiny.llama)."""
+    eos = tokenizer.token_to_id(EOS)
+    return ended_batch([tokenizer.encode(line, add_special_tokens=False).ids[:t - 1 - start_token] for line in lines],
+                       eos, start=eos if start_token else None)
 
 
-def packed(tokenizer, paragraphs: list[str], t: int) -> TextBatch:
+def packed(tokenizer, paragraphs: list[str], t: int, start_token: bool = False) -> TextBatch:
     """The paragraphs' tokens, each ended with EOS, run together and cut into windows of t (every token trained on,
-    not only each paragraph's first t)."""
+    not only each paragraph's first t); ``start_token``: every window begins with the start token (LLaMA's lines
+    do)."""
     eos = tokenizer.token_to_id(EOS)
     stream = [i for p in paragraphs for i in tokenizer.encode(p, add_special_tokens=False).ids + [eos]]
-    n = len(stream) // t
-    ids = torch.tensor(stream[:n * t], dtype=torch.long).view(n, t)
+    width = t - 1 if start_token else t
+    n = len(stream) // width
+    ids = torch.tensor(stream[:n * width], dtype=torch.long).view(n, width)
+    if start_token:
+        ids = torch.cat([torch.full((n, 1), eos, dtype=torch.long), ids], 1)
     return TextBatch(ids, torch.ones_like(ids), [t] * n)
 
 
@@ -105,6 +111,9 @@ def mean_loss(model, batch: TextBatch, chunk: int = 64) -> float:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out", type=Path)
+    ap.add_argument("--family", choices=("gpt2", "llama"), default="gpt2",
+                    help="llama: rotary positions, RMSNorm, SwiGLU (fedaudit.models.text_tiny.llama); its lines start "
+                         "with the start token, as its capture frames them")
     ap.add_argument("--width", type=int, default=64)
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--heads", type=int)
@@ -119,13 +128,16 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     tokenizer = train_tokenizer(8000)
-    model = gpt2(tokenizer, args.width, args.layers, args.heads or max(1, args.width // 64), seed=args.seed,
-                 vocab_size=args.vocab_size)
+    build = llama if args.family == "llama" else gpt2
+    model = build(tokenizer, args.width, args.layers, args.heads or max(1, args.width // 64), seed=args.seed,
+                  vocab_size=args.vocab_size)
     paragraphs, modules = training_text()
     random.Random(args.seed).shuffle(paragraphs)
     cut = len(paragraphs) // 20  # 5% of the paragraphs validate (the steps kept); the attacked sentences are not used
-    train, val = packed(tokenizer, paragraphs[cut:], args.T), packed(tokenizer, paragraphs[:cut], args.T)
-    held = encode(tokenizer, sentences(), args.T)
+    start_token = args.family == "llama"
+    train, val = packed(tokenizer, paragraphs[cut:], args.T, start_token), packed(tokenizer, paragraphs[:cut], args.T,
+                                                                                  start_token)
+    held = encode(tokenizer, sentences(), args.T, start_token)
 
     def losses() -> dict:
         return {"train": mean_loss(model.eval(), train), "validation": mean_loss(model, val),
@@ -157,7 +169,7 @@ def main(argv=None) -> int:
                   file=sys.stderr, flush=True)
     model.load_state_dict(best[2])  # the steps with the lowest validation loss
     after = losses()
-    record = {"width": args.width, "layers": args.layers, "steps": args.steps, "kept_step": best[1], "batch": args.batch, "T": args.T,
+    record = {"family": args.family, "width": args.width, "layers": args.layers, "steps": args.steps, "kept_step": best[1], "batch": args.batch, "T": args.T,
               "lr": args.lr, "vocab_size": args.vocab_size, "seed": args.seed, "paragraphs": len(paragraphs), "windows": len(train.ids),
               "modules": modules, "loss_before": before, "loss_after": after,
               "seconds": round(time.perf_counter() - start, 1)}

@@ -59,7 +59,8 @@ LOOP_OPTIONS = (
     MethodOption("schedule", str, None, "Learning-rate schedule: " + " | ".join(SCHEDULES) + ".", SCHEDULES),
     MethodOption("restart-batch", int, None, "Restarts optimised together as one stacked batch, where the attack "
                  "supports it: 0 = all where that is faster (CUDA; CPU models up to 1M parameters), halved while "
-                 "memory runs out; 1 = one after another; N = batches of at most N."),
+                 "memory runs out; 1 = one after another; N = batches of at most N. The --proxies runs stack the "
+                 "same way (ig, hfgi), P x restarts rows."),
     MethodOption("cuda-graph", str, None, "Capture the attack iteration as a CUDA graph and replay it: auto = where the "
                  "attack allows it on a CUDA device (ig, fedleak); on = required (exit 2 where it cannot apply); off = "
                  "eager.", ("auto", "on", "off")),
@@ -102,6 +103,9 @@ class OptimizationAttack(Method):
     # "barely moved" warning) and no initialisation null for the identification metric
     closed_form: ClassVar[bool] = False
     default_labels: ClassVar[str] = "auto"  # the label method used when --labels is not given
+    # batched_closure also runs on stacked targets (several updates' rows in one batch: the proxies,
+    # fedaudit/attacks/stacked_targets.py)
+    stacks_targets: ClassVar[bool] = False
 
     def __init__(self, tm: ThreatModel, engine: GradientEngine, labels: torch.Tensor, options: dict[str, Any] | None,
                  num_images: int, iterations: int | None = None):

@@ -9,6 +9,9 @@ halved until it does, and the sizes run are reported (``LoopResult.restart_batch
 attack supports it (``why_not_batched``) and no checkpoint, resume or monitor is asked for (those keep one restart's
 state at a time); ``--restart-batch 1`` forces the sequential loop, ``--restart-batch N`` caps a batch at N.
 
+A run's proxies are stacked the same way, P x R rows against P targets (fedaudit/attacks/stacked_targets.py, which
+shares ``run_group``).
+
 ``--restart-batch 0`` (the default) batches where it is faster. Measured on one CPU thread (docs/results/
 throughput.md): a LeNet (62k parameters) runs 8 restarts in 2.8x one restart's time instead of 7.9x, 32 in 7.1x
 instead of 33x; a CIFAR ResNet-18 (11M) runs 8 restarts in 11.5x instead of 7.9x (vmapped convolution gradients
@@ -62,7 +65,7 @@ def why_not(attack: OptimizationAttack, cfg: LoopConfig) -> str | None:
     return why
 
 
-def _is_oom(exc: BaseException) -> bool:
+def is_oom(exc: BaseException) -> bool:
     return isinstance(exc, (torch.OutOfMemoryError, MemoryError)) or "out of memory" in str(exc)
 
 
@@ -79,10 +82,11 @@ def optimize_batched(attack: OptimizationAttack, cfg: LoopConfig) -> LoopResult:
         task = progress.add_task(attack.name, total=cfg.iterations * cfg.restarts, loss="-")
         while first < cfg.restarts and not interrupted:
             group = list(range(first, min(first + size, cfg.restarts)))
+            label = f"{attack.name} restarts {group[0] + 1}-{group[-1] + 1}/{cfg.restarts} (one batch)"
             try:
-                run = _run_group(attack, cfg, group, progress, task, log_every, held)
+                run = run_group(attack, cfg, group, progress, task, log_every, held, label)
             except (RuntimeError, MemoryError) as exc:
-                if not _is_oom(exc) or size == 1:
+                if not is_oom(exc) or size == 1:
                     raise
                 size = max(1, size // 2)  # does not fit: halve the batch and run this group again
                 held.clear()
@@ -91,11 +95,11 @@ def optimize_batched(attack: OptimizationAttack, cfg: LoopConfig) -> LoopResult:
                 continue
             batches.append(len(group))
             states, starts, dead, steps, hist, interrupted = run
-            history += hist
-            iterations_run += steps
-            diverged += dead
+            history += [(group[i], it, loss) for i, it, loss in hist]
+            iterations_run += int(steps.sum())
+            diverged += [group[i] for i in dead]
             for i, restart in enumerate(group):
-                if restart in dead:
+                if i in dead:
                     continue
                 state = {k: v[i].detach() for k, v in states.items()}
                 if finite(state):
@@ -111,9 +115,11 @@ def optimize_batched(attack: OptimizationAttack, cfg: LoopConfig) -> LoopResult:
                       cuda_graph=held["steps"].status() if held else None)
 
 
-def _run_group(attack, cfg, group, progress, task, log_every, held: dict):
-    """Optimise the restarts in ``group`` as one stacked batch; (states, start images, diverged, iterations, history,
-    interrupted). ``held["steps"]`` keeps the stepper between groups of one size (a captured graph is reused)."""
+def run_group(attack, cfg, group, progress, task, log_every, held: dict, label: str):
+    """Optimise one stacked batch, row i starting from restart ``group[i]``'s initialisation (indices may repeat:
+    stacked proxies, fedaudit/attacks/stacked_targets.py); (states, start images, diverged rows, iterations per row,
+    history as (row, iteration, loss), interrupted). ``held["steps"]`` keeps the stepper between groups of one size
+    (a captured graph is reused)."""
     singles = [attack.init_state(restart_generator(cfg.seed, r)) for r in group]
     starts = [start_images(attack, s) for s in singles]
     states = {k: torch.stack([s[k].detach() for s in singles]).requires_grad_(True) for k in singles[0]}
@@ -122,11 +128,12 @@ def _run_group(attack, cfg, group, progress, task, log_every, held: dict):
         held["size"] = len(group)
     stepper = held["steps"]
     states, opt = stepper.begin(states)
-    progress.update(task, description=f"{attack.name} restarts {group[0] + 1}-{group[-1] + 1}/{cfg.restarts} (one batch)")
+    progress.update(task, description=label)
     alive = torch.ones(len(group), dtype=torch.bool)
     dead: list[int] = []
     history: list[tuple[int, int, float]] = []
-    done, interrupted = 0, False
+    steps = torch.zeros(len(group), dtype=torch.long)
+    interrupted = False
     try:
         for it in range(cfg.iterations):
             out = stepper.run(states, opt, it, attack.batched_closure)
@@ -135,17 +142,16 @@ def _run_group(attack, cfg, group, progress, task, log_every, held: dict):
                 finite = torch.isfinite(losses)
                 for v in states.values():
                     finite &= torch.isfinite(v.detach()).flatten(1).all(1).cpu()
-                for i in torch.nonzero(alive & ~finite).flatten().tolist():
-                    dead.append(group[i])  # diverged: left out of the choice (its rows cannot disturb the others')
-                alive &= finite
+                dead += torch.nonzero(alive & ~finite).flatten().tolist()  # diverged: left out of the choice (its
+                alive &= finite                                           # rows cannot disturb the others')
                 if not alive.any():
                     break
             stepper.project(states)
-            done += int(alive.sum())
+            steps += alive
             if out is not None and (it % log_every == 0 or it == cfg.iterations - 1):
-                history += [(r, it, float(losses[i])) for i, r in enumerate(group) if alive[i]]
+                history += [(i, it, float(losses[i])) for i in range(len(group)) if alive[i]]
                 progress.update(task, loss=f"{float(losses[alive].min()):.4g}")
             progress.advance(task, len(group))
     except KeyboardInterrupt:
         interrupted = True
-    return states, starts, dead, done, history, interrupted
+    return states, starts, dead, steps, history, interrupted

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call, grad, vmap
 
-from fedaudit.attacks.objectives import reference_norm
+from fedaudit.attacks.objectives import reference_norm, row_norms
 from fedaudit.conversion import gradient_scale
 from fedaudit.models.attention import differentiable_attention
 from fedaudit.models.normalize import normalize
@@ -33,11 +33,30 @@ from fedaudit.threat_model import ThreatModel
 class Target:
     names: list[str]  # present parameters, in the model's order
     tensors: list[torch.Tensor]  # the update's averaged gradient g_hat for each of them
+    # G > 0: G updates' targets stacked on a leading axis ([G, *shape] each), for stacked proxies
+    # (fedaudit/attacks/stacked_targets.py); 0: one update's
+    groups: int = 0
 
     @functools.cached_property
     def norm(self) -> torch.Tensor:
-        """||g_hat|| over every tensor, computed once in float64 (the cosine distances divide by it each iteration)."""
+        """||g_hat|| over every tensor, computed once in float64 (the cosine distances divide by it each iteration);
+        [G] norms for stacked targets."""
+        if self.groups:
+            return torch.stack([reference_norm([t[i] for t in self.tensors]) for i in range(self.groups)])
         return reference_norm(self.tensors)
+
+    def norm_of(self, i: int) -> torch.Tensor:
+        """||g_hat_i|| of tensor i alone ([G] for stacked targets)."""
+        t = self.tensors[i]
+        return row_norms([t]) if self.groups else t.norm()
+
+    @classmethod
+    def stack(cls, targets: list[Target]) -> Target:
+        """The targets of several updates of one model, stacked (each must match the same tensors)."""
+        names = targets[0].names
+        if any(t.names != names or t.groups for t in targets):
+            raise ValueError("stacked targets must match the same parameters of one model")
+        return cls(names, [torch.stack(ts) for ts in zip(*(t.tensors for t in targets))], len(targets))
 
 
 class GradientEngine:

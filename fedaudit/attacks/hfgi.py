@@ -31,7 +31,7 @@ import torch
 
 from fedaudit.attacks.base import OptimizationAttack, total_variation, total_variation_rows
 from fedaudit.attacks.bn_prior import bn_options
-from fedaudit.attacks.objectives import cosine_distance, cosine_distance_rows, squared_norm
+from fedaudit.attacks.objectives import cosine_distance, cosine_distance_rows, row_norms, squared_norm
 from fedaudit.attacks.registry import ATTACKS
 from fedaudit.methods import MethodOption
 from fedaudit.models.normalize import denormalize, normalize
@@ -106,7 +106,9 @@ class HFGI(OptimizationAttack):
         t = [self.engine.target.tensors[index[k]] for k in names]
         if self.opts["dropout"] <= 0 or gen is None:
             return t, None
-        masks = [(torch.rand(b.shape, generator=gen).to(b.device) > self.opts["dropout"]).to(b.dtype) for b in t]
+        lead = 1 if self.engine.target.groups else 0  # stacked targets: one mask for every group, as in its own run
+        masks = [(torch.rand(b.shape[lead:], generator=gen).to(b.device) > self.opts["dropout"]).to(b.dtype)
+                 for b in t]
         return [b * m for b, m in zip(t, masks)], masks
 
     def objective(self, xn: torch.Tensor, it: int, gen: torch.Generator | None) -> torch.Tensor:
@@ -143,6 +145,8 @@ class HFGI(OptimizationAttack):
         xn.grad = self._step(g, it)
         return loss.detach()
 
+    stacks_targets = True  # batched_closure's targets, masks and norms are per group on stacked targets
+
     def why_not_batched(self):
         if self.bn_targets and self.opts["bn"] > 0:
             return "the BN-statistic prior (--bn-stats) runs restarts one after another"
@@ -159,8 +163,8 @@ class HFGI(OptimizationAttack):
         t, masks = self._targets(names, torch.Generator().manual_seed(1_000_003 + it))
         if masks is not None:
             g = [a * m for a, m in zip(g, masks)]  # one mask per tensor, broadcast over the restarts
-        with torch.no_grad():
-            t_norm = squared_norm(t).sqrt()
+        with torch.no_grad():  # [G] norms for stacked targets (fedaudit/attacks/stacked_targets.py)
+            t_norm = row_norms(t) if self.engine.target.groups else squared_norm(t).sqrt()
         loss = cosine_distance_rows(g, t, t_norm)
         if o["tv"] and it >= o["tv-start"] * self.iterations:
             loss = loss + o["tv"] * total_variation_rows(xn)

@@ -83,6 +83,8 @@ class InvertingGradients(OptimizationAttack):
     def why_not_graphed(self):
         return None  # the iteration is the same kernels every time (fedaudit/attacks/cuda_graph.py)
 
+    stacks_targets = True  # batched_closure reads the target through cosine_distance_rows and Target.norm_of only
+
     def why_not_batched(self):
         if self.bn_targets:
             return "the BN-statistic prior (--bn-stats) runs restarts one after another"
@@ -96,7 +98,8 @@ class InvertingGradients(OptimizationAttack):
         loss = cosine_distance_rows(g, self.engine.target.tensors, self.engine.target.norm) + self.prior(x)
         if self.pos is not None:
             target = self.engine.target.tensors[self.pos]
-            loss = loss + self.opts["pos-weight"] * cosine_distance_rows([g[self.pos]], [target], target.norm())
+            loss = loss + self.opts["pos-weight"] * cosine_distance_rows([g[self.pos]], [target],
+                                                                         self.engine.target.norm_of(self.pos))
         (grad,) = torch.autograd.grad(loss.sum(), [x])  # restarts are independent: row r's gradient is its own
         x.grad = grad.sign() if self.opts["signed"] else grad
         return loss.detach()

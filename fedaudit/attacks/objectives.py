@@ -68,7 +68,22 @@ def l2_distance(a: list[torch.Tensor], b: list[torch.Tensor], grouped: bool | No
 # --- restarts as one batch: every tensor of ``a`` has a leading restart axis [R, *shape]; ``b`` is the target ---
 
 def cosine_distance_rows(a: list[torch.Tensor], b: list[torch.Tensor], b_norm: torch.Tensor) -> torch.Tensor:
-    """[R]: ``cosine_distance(a[r], b, b_norm)`` for every restart r, as one matrix-vector product per tensor."""
-    dots = torch.stack([x.flatten(1) @ y.reshape(-1) for x, y in zip(a, b)]).sum(0)
-    norms = torch.stack([torch.linalg.vector_norm(x.flatten(1), dim=1).square() for x in a]).sum(0).sqrt()
-    return 1 - dots / (norms * b_norm).clamp_min(1e-30)
+    """[R]: ``cosine_distance(a[r], b, b_norm)`` for every restart r, as one matrix-vector product per tensor.
+
+    Stacked targets (``b_norm`` of shape [G], every ``b`` tensor [G, *shape]; fedaudit/attacks/stacked_targets.py):
+    the R rows are G consecutive groups of R / G rows, and group g's rows are matched against target g."""
+    norms = row_norms(a)
+    if b_norm.dim() == 0:
+        dots = torch.stack([x.flatten(1) @ y.reshape(-1) for x, y in zip(a, b)]).sum(0)
+        return 1 - dots / (norms * b_norm).clamp_min(1e-30)
+    groups = b_norm.shape[0]
+    rows = a[0].shape[0]
+    per = rows // groups
+    dots = torch.stack([torch.einsum("grn,gn->gr", x.reshape(groups, per, -1), y.reshape(groups, -1)).reshape(rows)
+                        for x, y in zip(a, b)]).sum(0)
+    return 1 - dots / (norms * b_norm.repeat_interleave(per)).clamp_min(1e-30)
+
+
+def row_norms(a: list[torch.Tensor]) -> torch.Tensor:
+    """[R]: the norm of each row over every tensor of ``a`` (each [R, *shape])."""
+    return torch.stack([torch.linalg.vector_norm(x.flatten(1), dim=1).square() for x in a]).sum(0).sqrt()

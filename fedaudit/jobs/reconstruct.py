@@ -309,14 +309,19 @@ class ReconstructJob:
                 "(--batch-size), a smaller model input, or --device cpu") from None
 
     # --- the whole run -------------------------------------------------------------------------------------------
-    def run(self, truth: Truth | None = None, inputs: dict[str, Any] | None = None) -> ReconstructResult:
-        """Run the attack; the report carries metrics when ``truth`` is given (only metrics read it)."""
+    def run(self, truth: Truth | None = None, inputs: dict[str, Any] | None = None,
+            optimized: tuple[OptimizationAttack, LoopResult] | None = None) -> ReconstructResult:
+        """Run the attack; the report carries metrics when ``truth`` is given (only metrics read it). ``optimized``:
+        the attack this job built and its loop's result, optimised elsewhere (stacked proxies,
+        fedaudit/jobs/proxies.py); the rest of the run is the same."""
         tm, s = self.tm, self.settings
         mismatch = check_truth(truth, tm.update.sha256, self.truth_mismatch) if truth is not None else None
         self.attack_cls.check_applicable(tm)  # before the labels: "not applicable: <why>" names the attack's reason
         labels, label_report = self.resolve_labels(truth)
-        attack = self.build(labels)
-        result = self.optimize(attack, labels)
+        attack, result = optimized if optimized is not None else (None, None)
+        if attack is None or result is None:
+            attack = self.build(labels)
+            result = self.optimize(attack, labels)
         record = new_report("reconstruct", inputs or {}, {
             "attack": self.attack, "attack_options": self.options,
             "labels": {"method": self.label_method, "file": "file", "given": "given"}[label_report.source],

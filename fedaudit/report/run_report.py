@@ -146,6 +146,10 @@ class Proxies:
     interrupted: bool | None = None
     recipe: dict[str, Any] | None = None
     seconds: float | None = None
+    # rows of each stacked batch the proxies were attacked in (fedaudit/attacks/stacked_targets.py); [] with
+    # ``one_by_one`` saying why they ran one after another
+    stacked_batches: list[int] = field(default_factory=list)
+    one_by_one: str | None = None
     measured: list[dict[str, Any]] = field(default_factory=list)
     grids: list[str] = field(default_factory=list)
 
