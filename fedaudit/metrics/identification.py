@@ -108,24 +108,28 @@ def identify(recon: torch.Tensor, truth: torch.Tensor, pairs: list[tuple[int, in
     distractors = int(keep.sum())
     candidates = [torch.cat([a, b[keep]]) for a, b in zip(own, others)]
     x = recon.float().cpu()
-    d = lpips_pairwise(lp, x, candidates)
-    moved = [lpips_pairwise(lp, shifted(x, dx, dy), candidates) for dx, dy in SHIFTS]
-    # the blank control: a constant image's LPIPS to each original (the lower of black and mid-gray)
-    blanks = torch.stack([torch.full(truth.shape[1:], v) for v in (0.0, 0.5)])
-    d_blank = lpips_pairwise(lp, blanks, candidates)
-    assert d is not None and d_blank is not None and all(m is not None for m in moved)
+    # every query against the candidates in one backbone pass and one pairwise product (the candidates' features
+    # are prepared once): the reconstruction, its four one-pixel shifts, the blank control (a constant image's LPIPS
+    # to each original, the lower of black and mid-gray), and the initialisation and batch-mean nulls
+    queries = {"recon": x, **{f"moved{i}": shifted(x, dx, dy) for i, (dx, dy) in enumerate(SHIFTS)},
+               "blank": torch.stack([torch.full(truth.shape[1:], v) for v in (0.0, 0.5)])}
+    if init is not None and init.shape == recon.shape:
+        queries["initialisation"] = init.float().cpu()
+    if truth.shape[0] >= 2:
+        queries["batch_mean"] = truth.mean(0, keepdim=True)
+    every = lpips_pairwise(lp, torch.cat(list(queries.values())), candidates)
+    assert every is not None
+    got = dict(zip(queries, every.split([len(q) for q in queries.values()])))
+    d, d_blank = got["recon"], got["blank"]
+    moved = [got[f"moved{i}"] for i in range(len(SHIFTS))]
     floor, which = d_blank[:, :truth.shape[0]].min(0)
     recon_of = {t: r for t, r in pairs}
     # each null reference's LPIPS distances to the candidates, per truth index t (row t stands in for t's reconstruction)
     nulls: dict[str, dict[int, torch.Tensor]] = {"blank": {t: d_blank[int(which[t])] for t in recon_of}}
-    if init is not None and init.shape == recon.shape:
-        d_init = lpips_pairwise(lp, init.float().cpu(), candidates)
-        assert d_init is not None
-        nulls["initialisation"] = {t: d_init[r] for t, r in recon_of.items()}
-    if truth.shape[0] >= 2:
-        d_mean = lpips_pairwise(lp, truth.mean(0, keepdim=True), candidates)
-        assert d_mean is not None
-        nulls["batch_mean"] = {t: d_mean[0] for t in recon_of}
+    if "initialisation" in got:
+        nulls["initialisation"] = {t: got["initialisation"][r] for t, r in recon_of.items()}
+    if "batch_mean" in got:
+        nulls["batch_mean"] = {t: got["batch_mean"][0] for t in recon_of}
     n_candidates = truth.shape[0] + distractors
     rows = []
     null_counts = {name: 0 for name in nulls}
