@@ -6,8 +6,8 @@ run used (so every proxy has the real batch's label multiset), captured through 
 recipe and re-applied defenses (fedaudit/verdict/simulated_client.py), attacked by the same job (attack, options,
 budget, restarts, multi-step mode) with those labels given, and measured against their known images. The real run's
 estimate is then placed among them (fedaudit/verdict/calibrated.py). Cost: P more runs of the attack, run as stacked
-batches where the attack's restarts would be (fedaudit/attacks/stacked_targets.py; on a small model on the CPU and on
-CUDA that is less than P runs' time, docs/results/throughput.md).
+batches where the attack's restarts would be (fedaudit/attacks/stacked_targets.py; on the CPU, LeNet's three proxies
+at IG's default budget cost 2.1 runs instead of 3.0, docs/results/throughput.md; not yet measured on CUDA).
 
 A proxy that fails to capture or to run is a warning in the report, not a failure of the audit.
 """
