@@ -147,3 +147,12 @@ def test_each_stacked_batch_captures_its_own_graph(monkeypatch):
     assert sections["off"]["stacked_batches"] == sections["emulate"]["stacked_batches"] == [2, 2]
     for a, b in zip(sections["off"]["measured"], sections["emulate"]["measured"], strict=True):
         assert b["psnr"] == pytest.approx(a["psnr"], abs=0.05)
+
+
+def test_stderr_says_whose_progress_lines_follow(capsys):
+    session = Session(seed=0, quiet=False, progress="off")
+    tm, truth = load_sample("lenet_b1", session)
+    ReconstructJob(session, tm, "ig", None, {"iterations": 3}, given_labels=[3], proxies=2).run()
+    err = capsys.readouterr().err
+    assert "fedaudit: proxies 1-2/2: 2 batches of 1 public images captured with the update's recipe, attacked " \
+           "together (2 rows)" in err

@@ -87,18 +87,14 @@ def run_proxies(job: ProxiedJob, labels: list[int], count: int) -> dict[str, Any
         except KeyboardInterrupt:  # the real run is finished: keep it, and calibrate on the proxies done so far
             interrupted = True
             break
-    attacks, stack, one_by_one = ([], None, None) if interrupted else _stacked(captured, labels)
-    if not session.quiet and captured and not interrupted:  # the proxies' own progress lines follow: say whose
-        how = f"as one batch of {stack.batches[0]} rows" if stack and len(stack.batches) == 1 else \
-            "as stacked batches" if stack else "one after another"
-        sys.stderr.write(f"fedaudit: {len(captured)} proxies of {n} public images captured with the update's recipe, "
-                         f"attacked {how}\n")
-        sys.stderr.flush()
+    attacks, stack, one_by_one = ([], None, None) if interrupted else _stacked(captured, labels, count, n, session)
     for k, (j, truth, proxy_job) in enumerate(captured):
         if interrupted:
             break
         t1 = time.perf_counter()
         optimized = None
+        if stack is None:
+            _say(session, f"proxy {j + 1}/{count}: {n} public images captured with the update's recipe")
         if stack is not None:
             if k in stack.failed:
                 warnings.append(f"proxy {j} could not be measured: {stack.failed[k]}")
@@ -144,7 +140,14 @@ def run_proxies(job: ProxiedJob, labels: list[int], count: int) -> dict[str, Any
             "seconds": round(time.perf_counter() - t0, 3)}
 
 
-def _stacked(captured: list[tuple[int, Any, Any]], labels: list[int]
+def _say(session: Session, line: str) -> None:
+    """A line on stderr before the proxies' own progress lines, saying whose they are."""
+    if not session.quiet:
+        sys.stderr.write(f"fedaudit: {line}\n")
+        sys.stderr.flush()
+
+
+def _stacked(captured: list[tuple[int, Any, Any]], labels: list[int], count: int, n: int, session: Session
              ) -> tuple[list[OptimizationAttack], Stacked | None, str | None]:
     """The captured proxies' attacks optimised as stacked batches, or ([], None, why they run one after another)."""
     if not captured:
@@ -157,4 +160,6 @@ def _stacked(captured: list[tuple[int, Any, Any]], labels: list[int]
     why = stacked_targets.why_not(attacks, cfg)
     if why is not None:
         return [], None, why
+    _say(session, f"proxies 1-{len(captured)}/{count}: {len(captured)} batches of {n} public images captured with the "
+                  f"update's recipe, attacked together ({len(captured) * cfg.restarts} rows)")
     return attacks, stacked_targets.optimize_stacked(attacks, cfg), None
