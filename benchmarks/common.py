@@ -36,11 +36,12 @@ def server_view(spec: ModelSpec, model: torch.nn.Module, cap: Capture) -> Threat
     return ThreatModel.from_tensors(Checkpoint.in_memory(spec, model), cap.tensors, cap.meta)
 
 
-def cifar_update(arch: str, b: int):
-    """The seeded (0) random-init ``arch`` for 32 px CIFAR-10 and the FedSGD gradient of foolbox's first ``b`` CIFAR-10
-    test images (BN in train mode for b > 1): (spec, model, images, labels as a list, threat model)."""
+def cifar_update(arch: str, b: int, options: dict | None = None):
+    """The seeded (0) random-init ``arch`` (with its ``options``, e.g. a width) for 32 px CIFAR-10 and the FedSGD
+    gradient of foolbox's first ``b`` CIFAR-10 test images (BN in train mode for b > 1): (spec, model, images, labels
+    as a list, threat model)."""
     x_all, y_all, _ = cifar10_samples()
-    spec = ModelSpec(arch, 10, (3, 32, 32), CIFAR10_MEAN, CIFAR10_STD, {})
+    spec = ModelSpec(arch, 10, (3, 32, 32), CIFAR10_MEAN, CIFAR10_STD, options or {})
     torch.manual_seed(0)
     model = build_model(spec)
     x, y = x_all[:b], y_all[:b]

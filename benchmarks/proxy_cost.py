@@ -27,27 +27,14 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import CIFAR10_MEAN, CIFAR10_STD, RESULTS, markdown, sync, threat_model, write_results
+from benchmarks.common import RESULTS, cifar_update, markdown, sync, write_results
 from fedaudit.attacks import stacked_targets
-from fedaudit.client.capture import CaptureConfig
-from fedaudit.data.offline import cifar10_samples
 from fedaudit.jobs import ReconstructJob, Session
-from fedaudit.models import ModelSpec, build_model
 
 # (architecture, options, B, iterations)
 CASES = (("lenet", {}, 1, 300), ("lenet", {}, 4, 300), ("flower-cnn", {}, 4, 200), ("resnet10", {"width": 16}, 4, 60),
          ("vit-tiny", {}, 1, 60))
 MODES = ("none", "one_by_one", "stacked")
-
-
-def update(arch: str, options: dict, b: int):
-    x_all, y_all, _ = cifar10_samples()
-    spec = ModelSpec(arch, 10, (3, 32, 32), CIFAR10_MEAN, CIFAR10_STD, options)
-    torch.manual_seed(0)
-    model = build_model(spec)
-    x, y = x_all[:b], y_all[:b]
-    tm = threat_model(spec, model, x, y, CaptureConfig(batch_size=b, bn_mode="train" if b > 1 else "eval"))
-    return tm, [int(v) for v in y]
 
 
 @contextlib.contextmanager
@@ -95,7 +82,7 @@ def main(argv=None) -> int:
     cases = [(a, {}, int(b), int(n)) for a, b, n in (c.split(":") for c in args.case)] or \
         (CASES[:1] if args.quick else CASES)
     for arch, options, b, iterations in cases:
-        tm, labels = update(arch, options, b)
+        _, _, _, labels, tm = cifar_update(arch, b, options)
         params = sum(p.numel() for p in tm.model.parameters())
         run(tm, labels, 2, 1, "stacked", 1, args.device)  # warm-up (LPIPS, public images): not timed
         for restarts in (int(r) for r in args.restarts.split(",")):

@@ -95,7 +95,7 @@ def run_proxies(job: ProxiedJob, labels: list[int], count: int) -> dict[str, Any
         optimized = None
         if stack is None:
             _say(session, f"proxy {j + 1}/{count}: {n} public images captured with the update's recipe")
-        if stack is not None:
+        else:
             if k in stack.failed:
                 warnings.append(f"proxy {j} could not be measured: {stack.failed[k]}")
                 continue

@@ -318,10 +318,11 @@ class ReconstructJob:
         mismatch = check_truth(truth, tm.update.sha256, self.truth_mismatch) if truth is not None else None
         self.attack_cls.check_applicable(tm)  # before the labels: "not applicable: <why>" names the attack's reason
         labels, label_report = self.resolve_labels(truth)
-        attack, result = optimized if optimized is not None else (None, None)
-        if attack is None or result is None:
+        if optimized is None:
             attack = self.build(labels)
             result = self.optimize(attack, labels)
+        else:
+            attack, result = optimized
         record = new_report("reconstruct", inputs or {}, {
             "attack": self.attack, "attack_options": self.options,
             "labels": {"method": self.label_method, "file": "file", "given": "given"}[label_report.source],
