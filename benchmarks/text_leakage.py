@@ -38,6 +38,7 @@ benchmarks/results/text_leakage.jsonl.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import random
@@ -99,7 +100,8 @@ def sentences() -> list[str]:
 def run(width: int, layers: int, heads: int, b: int, t: int, seed: int, tokenizer, lora: int = 0,
         fresh: bool = False, attack: str = "dager", steps: int | None = None, local_steps: int = 1,
         lr: float | None = None, double: bool = False, steps_at: str | None = None, init_range: float | None = None,
-        shortlist: int | None = None, family: str = "gpt2", checkpoint: str | None = None, join: int = 1) -> dict:
+        shortlist: int | None = None, family: str = "gpt2", checkpoint: str | None = None, join: int = 1,
+        device: str = "cpu") -> dict:
     """One row: B lines (K x B for a FedAvg delta of K local steps at ``lr``) sampled by ``seed``, captured on a
     model initialised by ``seed``, attacked, scored against every line of the round. ``init_range``: a BERT-shaped
     classifier at that initializer_range (the tokenizer a WordPiece one), its lines labelled at random. ``family``
@@ -107,7 +109,9 @@ def run(width: int, layers: int, heads: int, b: int, t: int, seed: int, tokenize
     given the batch's padded length (``--length``: rotary positions leave nothing to read it from). ``checkpoint``: a
     Hugging Face folder (a pretrained model; its own tokenizer, width and layers; a classifier's lines labelled at
     random among its classes) instead of a random-init model. ``join``: each line ``join`` sentences joined (long
-    lines, e.g. about 60 tokens at 4, cut by the capture to T - 1)."""
+    lines, e.g. about 60 tokens at 4, cut by the capture to T - 1). ``device``: where the attack runs (the client's
+    capture runs on the CPU), its model, gradient and a delta's change moved there as ``fedaudit reconstruct --device``
+    moves them."""
     rng = random.Random(seed)
     drawn = rng.sample(sentences(), b * local_steps * join)
     lines = [" ".join(drawn[i:i + join]) for i in range(0, len(drawn), join)]
@@ -136,6 +140,10 @@ def run(width: int, layers: int, heads: int, b: int, t: int, seed: int, tokenize
     params = dict(ckpt.model.named_parameters())
     grads = to_average_gradient(meta, recorded, {k: params[k].detach() for k in recorded})
     local = LocalRound.of(meta, recorded) if local_steps > 1 else None
+    if device != "cpu":
+        ckpt.model.to(device)
+        grads = {k: v.to(device) for k, v in grads.items()}
+        local = dataclasses.replace(local, change={k: v.to(device) for k, v in local.change.items()}) if local else None
     options: dict = {"steps": steps} if steps and attack != "dager" else {}
     if steps_at and attack == "dager":
         options["steps-at"] = steps_at
@@ -175,7 +183,7 @@ def run(width: int, layers: int, heads: int, b: int, t: int, seed: int, tokenize
             "rouge1": scores.rouge1, "rouge2": scores.rouge2, "rougeL": scores.rougeL,
             "exact_rate": scores.exact_rate, "recovered": len(result.sequences), "certified": sum(result.exact),
             "seconds": round(seconds, 2),
-            "threads": torch.get_num_threads(), "load": round(os.getloadavg()[0], 2),
+            "threads": torch.get_num_threads(), "load": round(os.getloadavg()[0], 2), "device": device,
             "max_tokens_per_position": max(result.diagnostics.get("tokens_per_position") or [0]),
             "positions": len(result.diagnostics.get("tokens_per_position") or []),
             **{k: result.diagnostics.get(k) for k in ("ranks", "saturated", "rank_bound_reached", "span_source",
@@ -267,6 +275,7 @@ def main(argv=None) -> int:
                     "width and layers; --B, --T, --lora, --attack, --seeds apply")
     ap.add_argument("--out", type=Path, default=OUT, help="the rows' file")
     ap.add_argument("--join", type=int, default=1, help="sentences per line (long lines for T = 64)")
+    ap.add_argument("--device", default="cpu", help="where the attack runs (cpu, cuda)")
     ap.add_argument("--table", action="store_true")
     args = ap.parse_args(argv)
     if args.table:
@@ -302,7 +311,7 @@ def main(argv=None) -> int:
             for seed in seeds:
                 row = run(width, layers, heads, b, t, seed, tokenizer, lora, fresh, args.attack, args.steps, k, lr,
                           args.double, args.steps_at, init_range, args.shortlist, args.family, args.checkpoint,
-                          args.join)
+                          args.join, args.device)
                 print(json.dumps(row), file=sys.stderr, flush=True)
                 append_row(args.out, row)
     return 0

@@ -47,7 +47,8 @@ def parse_options(text: str) -> dict:
     return {k.strip(): float(v) for k, v in (item.split("=") for item in text.split(",") if item)}
 
 
-def run(model: str, b: int, attack: str, iterations: int, seed: int, options: dict | None = None) -> dict:
+def run(model: str, b: int, attack: str, iterations: int, seed: int, options: dict | None = None,
+        device: str = "cpu") -> dict:
     arch, side, kwargs = MODELS[model]
     mean, std = (CIFAR10_MEAN, CIFAR10_STD) if side == 32 else IMAGENET
     spec = ModelSpec(arch, 10, (3, side, side), mean, std, kwargs)
@@ -57,9 +58,9 @@ def run(model: str, b: int, attack: str, iterations: int, seed: int, options: di
         torch.nn.init.normal_(net.heads.head.weight, std=0.02)  # says so): a later round's, any non-zero head
     x, y = victims(side, b, seed)
     tm = threat_model(spec, net, x, y, CaptureConfig(batch_size=b, bn_mode="eval"))
-    session = Session(seed=seed, quiet=True)
+    session = Session.create(device=device, seed=seed, quiet=True)
     truth = Truth(x, y, torch.zeros(b, dtype=torch.long), [])
-    row = {"model": model, "B": b, "attack": attack, "iterations": iterations, "seed": seed}
+    row = {"model": model, "B": b, "attack": attack, "iterations": iterations, "seed": seed, "device": device}
     if options:
         row["options"] = options
     t0 = time.perf_counter()
@@ -81,7 +82,7 @@ def table(rows: list[dict]) -> str:
     cells = []
     for r in sorted(rows, key=lambda r: (order.index(r["model"]), r["B"], r["seed"])):
         opts = " ".join(f"--{k} {v:g}" for k, v in (r.get("options") or {}).items())
-        head = [r["model"], r["B"], r["seed"], f"{r['attack']} {opts}".strip()]
+        head = [r["model"], r["B"], r["seed"], f"{r['attack']} {opts}".strip(), r.get("device", "cpu")]
         if "not_applicable" in r:
             cells.append(head + ["-", "not applicable", "", "", "", ""])
             continue
@@ -89,8 +90,8 @@ def table(rows: list[dict]) -> str:
         cells.append(head + ["closed form" if closed else r["iterations"], f"{r['psnr']:.1f}", f"{r['above_floor']:+.1f}",
                              "n/a" if r["identified"] is None else f"{r['identified']:.2f}", f"{r['band']} {r['range']}",
                              f"{r['attack_seconds']:.3f} s (one solve)" if closed else f"{r['seconds_per_iteration']:.3f}"])
-    return markdown(["model", "B", "seed", "attack", "iterations", "PSNR (dB)", "vs blank floor", "identified", "band",
-                     "s / iteration"], cells)
+    return markdown(["model", "B", "seed", "attack", "device", "iterations", "PSNR (dB)", "vs blank floor", "identified",
+                     "band", "s / iteration"], cells)
 
 
 def main(argv=None) -> int:
@@ -101,21 +102,22 @@ def main(argv=None) -> int:
     ap.add_argument("--iterations", type=int, default=300)
     ap.add_argument("--options", default="", help="the attacks' options, e.g. pos-weight=1,patch-prior=0.1")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", default="cpu", help="where the attacks run (cpu, cuda)")
     grid_arguments(ap, OUT)
     args = ap.parse_args(argv)
     done = grid_rows(args)
     if not args.table:
         options = parse_options(args.options)
         keys = {(r["model"], r["B"], r["attack"], r["iterations"] if r["attack"] != "april" else 0, r["seed"],
-                 json.dumps(r.get("options") or {}, sort_keys=True)) for r in done}
+                 json.dumps(r.get("options") or {}, sort_keys=True), r.get("device", "cpu")) for r in done}
         for model in args.models.split(","):
             for b in (int(v) for v in args.sizes.split(",")):
                 for attack in args.attacks.split(","):
                     key = (model, b, attack, args.iterations if attack != "april" else 0, args.seed,
-                           json.dumps(options, sort_keys=True))
+                           json.dumps(options, sort_keys=True), args.device)
                     if key in keys:
                         continue
-                    row = run(model, b, attack, args.iterations, args.seed, options)
+                    row = run(model, b, attack, args.iterations, args.seed, options, args.device)
                     append_row(args.out, row)
                     done.append(row)
                     print(json.dumps(row), file=sys.stderr, flush=True)

@@ -70,6 +70,15 @@ class TextThreatModel:
     def meta(self):
         return self.update.meta
 
+    def on(self, device: torch.device | str) -> TextThreatModel:
+        """The model, the gradient and a delta's change moved to ``device`` (in place): a text attack runs where its
+        model is, and makes its own tensors there (tests/test_text_device.py)."""
+        self.checkpoint.model.to(device)
+        self.gradient = {k: v.to(device) for k, v in self.gradient.items()}
+        if self.local is not None:
+            self.local = dataclasses.replace(self.local, change={k: v.to(device) for k, v in self.local.change.items()})
+        return self
+
     @property
     def batch_size(self) -> int | None:
         return self.update.meta.batch_size

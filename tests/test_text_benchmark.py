@@ -25,6 +25,7 @@ def test_the_benchmark_runs_its_rows_on_a_given_folder(tokenizer, tmp_path):
     assert [r["seed"] for r in rows] == [0, 1]  # the seed draws the lines; the model is the folder's
     assert all(r["width"] == 64 and r["layers"] == 2 and r["update"] == "full gpt2 folder given" for r in rows)
     assert all(r["exact_rate"] == 1.0 and r["certified"] == 2 for r in rows)  # 2 lines, well under the width
+    assert all(r["device"] == "cpu" for r in rows)  # where the attack ran (--device)
 
 
 def test_the_trained_stand_in_learns_from_text_the_attacks_never_read(tmp_path):

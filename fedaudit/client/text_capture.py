@@ -39,6 +39,12 @@ class TextBatch:
         return TextBatch(self.ids[part], self.mask[part], self.lengths[part],
                          None if self.labels is None else self.labels[part])
 
+    def on(self, model: torch.nn.Module) -> "TextBatch":
+        """The batch on ``model``'s device (batches are made on the host: the truth file and the metrics read them)."""
+        device = next(model.parameters()).device
+        return TextBatch(self.ids.to(device), self.mask.to(device), self.lengths,
+                         None if self.labels is None else self.labels.to(device))
+
 
 def tokenize_lines(ckpt: TextCheckpoint, lines: list[str], max_length: int) -> TextBatch:
     """The client's batch: a decoder's lines' tokens and the end-of-sequence token (after the beginning-of-sequence
@@ -84,7 +90,7 @@ def split_labels(lines: list[str], classes: int) -> tuple[torch.Tensor, list[str
                              f"(0..{classes - 1})")
         labels.append(int(label))
         texts.append(text)
-    return torch.tensor(labels, dtype=torch.long), texts
+    return torch.tensor(labels, dtype=torch.long, device="cpu"), texts
 
 
 def ended_batch(sequences: list[list[int]], eos: int, start: int | None = None, pad: int | None = None,
@@ -93,22 +99,24 @@ def ended_batch(sequences: list[list[int]], eos: int, start: int | None = None, 
     ``start`` where given: an encoder's [CLS]), right-padded with ``pad`` (default ``eos``), the padding masked."""
     seqs = [[*([start] if start is not None else []), *s, eos] for s in sequences]
     width = max(map(len, seqs))
-    ids = torch.full((len(seqs), width), eos if pad is None else pad, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    ids = torch.full((len(seqs), width), eos if pad is None else pad, dtype=torch.long, device="cpu")
+    mask = torch.zeros((len(seqs), width), dtype=torch.long, device="cpu")
     for i, s in enumerate(seqs):
-        ids[i, : len(s)] = torch.tensor(s)
+        ids[i, : len(s)] = torch.tensor(s, device="cpu")
         mask[i, : len(s)] = 1
     return TextBatch(ids, mask, [len(s) for s in seqs], labels)
 
 
 def next_token_loss(model: torch.nn.Module, batch: TextBatch) -> torch.Tensor:
     """The batch-mean next-token cross-entropy over the real tokens (padding masked out)."""
+    batch = batch.on(model)
     labels = batch.ids.masked_fill(batch.mask == 0, -100)
     return model(input_ids=batch.ids, attention_mask=batch.mask, labels=labels).loss
 
 
 def classification_loss(model: torch.nn.Module, batch: TextBatch) -> torch.Tensor:
     """The batch-mean cross-entropy of an encoder's labels (one sentence a line: token type 0, padding masked)."""
+    batch = batch.on(model)
     return model(input_ids=batch.ids, attention_mask=batch.mask, token_type_ids=torch.zeros_like(batch.ids),
                  labels=batch.labels).loss
 
@@ -151,7 +159,7 @@ def capture_text_update(ckpt: TextCheckpoint, lines: list[str], batch_size: int,
     check_recipe(n, batch_size, local_steps, "gradient" if local_steps == 1 else "delta", lr, "text lines", momentum,
                  weight_decay)
     batch = tokenize_lines(ckpt, lines, max_length)
-    step = torch.arange(n) // batch_size
+    step = torch.arange(n, device="cpu") // batch_size
     task = "classification" if ckpt.kind == "encoder" else "next-token"
     source = {"tool": f"fedaudit {__version__}", "task": task, "max_length": max_length}
     if local_steps == 1:

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from fedaudit.client.text_capture import capture_text_update
+from fedaudit.device import resolve_device
 from fedaudit.errors import InputError
 from fedaudit.io.files import sha256_file
 from fedaudit.io.text_adapter import load_text_model
@@ -44,14 +45,17 @@ class TextCaptureJob:
     weight_decay: float = 0.0
     seed: int = 0
     base: Path | None = None  # the base model's folder when ``checkpoint`` is a LoRA adapter folder
+    device: str = "cpu"  # where the client's steps run (--device; the CPU by default, as for images)
 
     def run_to(self, output: Path, truth: Path | None = None) -> dict[str, Any]:
         torch.manual_seed(self.seed)
+        device = resolve_device(self.device)
         ckpt = load_text_model(self.checkpoint, self.base)
         lines = read_lines(self.text)
+        ckpt.model.to(device)
         cap = capture_text_update(ckpt, lines, self.batch_size, self.local_steps, self.lr, self.max_length,
                                   self.momentum, self.weight_decay)
-        save_update(output, cap.tensors, cap.meta)
+        save_update(output, {k: v.cpu() for k, v in cap.tensors.items()}, cap.meta)
         update_sha = sha256_file(output)
         if truth is not None:
             save_text_truth(truth, TextTruth(cap.batch.ids, cap.batch.mask, lines, cap.step, update_sha, ckpt.lead,

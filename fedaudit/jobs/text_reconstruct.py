@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from fedaudit.attacks.text import TEXT_ATTACKS
-from fedaudit.errors import NotApplicable
+from fedaudit.errors import NotApplicable, RuntimeFailure
 from fedaudit.io import files
 from fedaudit.io.text_truth import TextTruth, load_text_truth
 from fedaudit.io.truth import check_truth
@@ -50,7 +50,7 @@ class TextReconstructJob:
     def run_to(self, outdir: OutputDir, truth_path: Path | None) -> TextReport:
         """Run and write the folder (committed); an attack that cannot apply raises NotApplicable before any write."""
         torch.manual_seed(self.session.seed)
-        tm = self.load()
+        tm = self.load().on(self.session.device)
         truth = load_text_truth(truth_path) if truth_path is not None else None
         mismatch = check_truth(truth, tm.update.sha256, self.truth_mismatch) if truth is not None else None
         attack = TEXT_ATTACKS.get(self.attack)(**self.options)
@@ -59,11 +59,17 @@ class TextReconstructJob:
         weights = "adapter_model.safetensors" if tm.checkpoint.adapter else "model.safetensors"
         record = new_report("reconstruct", {"checkpoint": f"{tm.checkpoint.source}/{weights}",
                                             "update": self.update, "truth": truth_path},
-                            {"attack": self.attack, **self.options, "gate": self.gate}, self.session.seed)
+                            {"attack": self.attack, **self.options, "gate": self.gate}, self.session.seed,
+                            device=str(self.session.device))
         t0 = time.perf_counter()
-        with Heartbeat(f"reconstruct {self.attack}", self.session.quiet, self.session.progress):
-            result = attack.run(tm.checkpoint, tm.gradient, tm.batch_size, tm.meta.local_steps, tm.local,
-                                labels=self._labels(tm, attack))
+        try:
+            with Heartbeat(f"reconstruct {self.attack}", self.session.quiet, self.session.progress):
+                result = attack.run(tm.checkpoint, tm.gradient, tm.batch_size, tm.meta.local_steps, tm.local,
+                                    labels=self._labels(tm, attack))
+        except (torch.OutOfMemoryError, MemoryError):
+            raise RuntimeFailure(f"out of memory running {self.attack} on a {tm.checkpoint.model_type} of width "
+                                 f"{tm.checkpoint.width} on {self.session.device}: try --device cpu, or for dager "
+                                 "a smaller --chunk") from None
         record["timings"]["attack"] = round(time.perf_counter() - t0, 4)
         tok = tm.checkpoint.tokenizer
         sequences = [RecoveredSequence(i, tok.decode(s), s, bool(c), float(sc))

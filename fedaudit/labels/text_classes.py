@@ -31,10 +31,11 @@ def classifier_classes(ckpt: TextCheckpoint, gradients: dict[str, torch.Tensor],
     g = gradients[head].detach().double()
     length = shown_length(ckpt, gradients) or min(PROBE_LENGTH, ckpt.positions)
     vocab = int(ckpt.model.get_input_embeddings().weight.shape[0])
-    ids = torch.randint(vocab, (PROBES, length), generator=torch.Generator().manual_seed(0))
+    ids = torch.randint(vocab, (PROBES, length), generator=torch.Generator().manual_seed(0), device="cpu")
     ids[:, 0], ids[:, -1] = ckpt.start_id, ckpt.eos_id
+    ids = ids.to(g.device)  # the same probes on every device, run on the model's
     with torch.no_grad():
         p = torch.softmax(ckpt.model(input_ids=ids, token_type_ids=torch.zeros_like(ids)).logits.double(), -1)
-    raw = batch_size * (p.mean(0) - g)
+    raw = (batch_size * (p.mean(0) - g)).cpu()
     counts = integer_counts(raw, batch_size)
-    return torch.repeat_interleave(torch.arange(len(counts)), counts), [round(float(r), 3) for r in raw]
+    return torch.repeat_interleave(torch.arange(len(counts), device="cpu"), counts), [round(float(r), 3) for r in raw]

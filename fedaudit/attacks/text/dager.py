@@ -76,7 +76,7 @@ def span_basis(gradient: torch.Tensor, rank_tol: float | None, limit: int | None
     g = gradient.detach().to(torch.float64)
     _, s, vh = torch.linalg.svd(g, full_matrices=False)
     if s.numel() == 0 or float(s[0]) == 0.0:
-        return torch.zeros((g.shape[1], 0), dtype=torch.float64), 0, None
+        return torch.zeros((g.shape[1], 0), dtype=torch.float64, device=g.device), 0, None
     if rank_tol is not None:
         rank = int((s > float(s[0]) * rank_tol).sum())
     else:
@@ -485,7 +485,8 @@ class Dager(Method):
         """Whether block 1's span holds more than half of ``probes`` random two-token sequences (seeded): then it
         holds every candidate (the visible positions reach the width there) and step 2 cannot tell any apart."""
         rows = int(front.embed.shape[0])
-        seqs = torch.randint(rows, (probes, 2), generator=torch.Generator().manual_seed(0))
+        seqs = torch.randint(rows, (probes, 2), generator=torch.Generator().manual_seed(0), device="cpu")  # on the host: the
+        seqs = seqs.to(front.device)  # same probes on every device
         return 2 * int((self._last_distance(front, seqs, span) < tau2).sum()) > probes
 
     def _tokens(self, front: GPT2Front | LlamaFront, span: InputSpan, tau1: float) -> list[list[int]] | None:
@@ -522,7 +523,7 @@ class Dager(Method):
         # the first position is checked in block 1's span too: step 1 lets through tokens that only sums of the
         # batch's embeddings explain (E[t] + P[0] = (E[t] + P[q]) + (E[s] + P[0]) - (E[s] + P[q]); exactly so at
         # random init, where LayerNorm is a scaled projection), and block 0's nonlinear layers break those sums
-        first = self._last_distance(front, torch.tensor([[t] for t in tokens[0]]), span).tolist()
+        first = self._last_distance(front, torch.tensor([[t] for t in tokens[0]], device=front.device), span).tolist()
         beam = [[t] for t, dist in zip(tokens[0], first) if dist < tau2]
         totals = [dist for dist in first if dist < tau2]  # summed distances of the checked positions
         done: list[list[int]] = []
@@ -534,7 +535,7 @@ class Dager(Method):
                 break
             cands = [(b, s + [t]) for b, s in enumerate(beam) for t in tokens[0 if front.position_free else i]
                      if t != start]  # the start token begins a line only (else [BOS, BOS, ..] passes as [BOS])
-            d = self._last_distance(front, torch.tensor([c for _, c in cands]), span).tolist()
+            d = self._last_distance(front, torch.tensor([c for _, c in cands], device=front.device), span).tolist()
             kept = [(b, c, dist) for (b, c), dist in zip(cands, d) if dist < tau2]
             extended = {b for b, _, _ in kept}
             for b, s in enumerate(beam):

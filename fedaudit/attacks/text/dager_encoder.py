@@ -50,6 +50,10 @@ class EncoderFront:
     def positions(self) -> int:
         return int(self.embeddings.position_embeddings.weight.shape[0])
 
+    @property
+    def device(self) -> torch.device:
+        return self.embeddings.word_embeddings.weight.device
+
     def token_inputs(self, position: int, kind: int, tokens: torch.Tensor | None = None) -> torch.Tensor:
         """Block 0's input for every vocabulary entry (or ``tokens``) at ``position`` with token type ``kind``."""
         e = self.embeddings
@@ -78,7 +82,7 @@ class EncoderFront:
         scores = torch.einsum("nhd,lhd->nhl", q, keys) * size ** -0.5
         scores[:, :, position] = (q * k_own).sum(-1) * size ** -0.5  # the position attends to its own new key
         weights = torch.softmax(scores, dim=-1)
-        others = torch.ones(length, dtype=torch.bool)
+        others = torch.ones(length, dtype=torch.bool, device=x.device)
         others[position] = False
         context = torch.einsum("nhl,lhd->nhd", weights[:, :, others], values[others]) \
             + weights[:, :, position, None] * v_own
@@ -127,15 +131,16 @@ class EncoderSearch:
     def holds_anything(self, front: EncoderFront, span: Any, cls: int, sep: int, probes: int = 64) -> bool:
         """Whether block 1's span holds more than half of ``probes`` random lines of two tokens (seeded): then it
         holds every candidate and step 2 cannot tell lines apart (saturated)."""
-        lines = torch.randint(front.vocab, (probes, 2), generator=torch.Generator().manual_seed(0))
-        worst = self.distances(front, span, lines, 0, cls, sep).max(1).values
+        lines = torch.randint(front.vocab, (probes, 2), generator=torch.Generator().manual_seed(0), device="cpu")
+        worst = self.distances(front, span, lines.to(front.device), 0, cls, sep).max(1).values
         return 2 * int((worst < self.tau2).sum()) > probes
 
     def distances(self, front: EncoderFront, span: Any, contents: torch.Tensor, kind: int, cls: int, sep: int
                   ) -> torch.Tensor:
         """Every position's block-1 span distance (n x l+2) of the lines [CLS] ``contents`` (n x l) [SEP]."""
         n = contents.shape[0]
-        ids = torch.cat([torch.full((n, 1), cls), contents, torch.full((n, 1), sep)], dim=1)
+        ids = torch.cat([torch.full((n, 1), cls, device=contents.device), contents,
+                         torch.full((n, 1), sep, device=contents.device)], dim=1)
         out = []
         for chunk in ids.split(self.chunk):
             h = front.line_inputs(chunk, kind)
@@ -244,7 +249,7 @@ class EncoderSearch:
         closest: tuple[float, list[int]] | None = None
         combos = itertools.product(*lists)
         while batch := list(itertools.islice(combos, self.chunk)):
-            d = self.distances(front, span, torch.tensor(batch, dtype=torch.long).reshape(len(batch), len(lists)),
+            d = self.distances(front, span, torch.tensor(batch, dtype=torch.long, device=front.device).reshape(len(batch), len(lists)),
                                kind, cls, sep)
             mean, worst = d.mean(1), d.max(1).values
             i = int(torch.argmin(mean))
@@ -274,7 +279,7 @@ class EncoderSearch:
             fresh = [[t for t in c if all(len(k) <= p or k[p] != t for k in taken)] or c for p, c in enumerate(lists)]
             new = 0
             for r in range(starts or self.restarts):
-                line = [c[0] if first and r == 0 else c[int(torch.randint(len(c), (1,), generator=gen))]
+                line = [c[0] if first and r == 0 else c[int(torch.randint(len(c), (1,), generator=gen, device="cpu"))]
                         for c in fresh]
                 score, worst = self._sweep(front, span, fresh, line, kind, cls, sep, short) if taken else (0.0, 1.0)
                 if worst >= self.tau2:  # not exact without the found lines' tokens: open them all
@@ -300,8 +305,8 @@ class EncoderSearch:
             moved = False
             for p, full in enumerate(lists):
                 c = self._shortlisted(front, span, full, line, p, kind, cls, sep, shortlist)
-                trial = torch.tensor(line, dtype=torch.long).repeat(len(c), 1)
-                trial[:, p] = torch.tensor(c, dtype=torch.long)
+                trial = torch.tensor(line, dtype=torch.long, device=front.device).repeat(len(c), 1)
+                trial[:, p] = torch.tensor(c, dtype=torch.long, device=front.device)
                 d = self.distances(front, span, trial, kind, cls, sep)
                 i = int(torch.argmin(d.mean(1)))
                 if float(d[i].mean()) < score - 1e-12:
@@ -320,6 +325,7 @@ class EncoderSearch:
         the list is no longer than ``size`` or ``size`` is 0 (every token scored on the whole line)."""
         if not size or len(tokens) <= size:
             return tokens
-        ids = torch.tensor([cls, *line, sep], dtype=torch.long)
-        d = span.distance(front.position_inputs(ids, kind, p + 1, torch.tensor(tokens, dtype=torch.long)))
+        ids = torch.tensor([cls, *line, sep], dtype=torch.long, device=front.device)
+        d = span.distance(front.position_inputs(ids, kind, p + 1, torch.tensor(tokens, dtype=torch.long,
+                                                                              device=front.device)))
         return [tokens[i] for i in torch.topk(d, size, largest=False).indices.tolist()]

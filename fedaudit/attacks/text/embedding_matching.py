@@ -163,7 +163,8 @@ class MatchingProblem:
         x = torch.cat([cls, self.sigma * u, sep], dim=1)
         classes = self.classes[rows if rows is not None else list(range(n))]
         with differentiable_attention():
-            logits = self.model(inputs_embeds=x, token_type_ids=torch.zeros(x.shape[:2], dtype=torch.long)).logits
+            logits = self.model(inputs_embeds=x, token_type_ids=torch.zeros(x.shape[:2], dtype=torch.long,
+                                                                            device=x.device)).logits
         loss = F.cross_entropy(logits, classes) * (n / self.batch_size)
         return torch.autograd.grad(loss, self.params, create_graph=create_graph)
 
@@ -190,9 +191,11 @@ class MatchingProblem:
     def start(self, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """An N(0, 1) batch (in units of sigma) and uniform labels (an encoder's are its fixed classes: an empty
         per-position label variable)."""
-        u = torch.randn(self.batch_size, self.length, self.embedding.shape[1], generator=generator)
+        # drawn on the host (the same start on every device), then moved to the model's
+        u = torch.randn(self.batch_size, self.length, self.embedding.shape[1], generator=generator, device="cpu")
         vocab = 0 if self.classes is not None else self.embedding.shape[0]
-        return u, torch.zeros(self.batch_size, self.length, vocab)
+        device = self.embedding.device
+        return u.to(device), torch.zeros(self.batch_size, self.length, vocab, device=device)
 
 
 @dataclass

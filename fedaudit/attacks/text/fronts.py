@@ -26,6 +26,10 @@ class GPT2Front:
     def max_positions(self) -> int:
         return int(self.positions.shape[0])
 
+    @property
+    def device(self) -> torch.device:
+        return self.embed.device
+
     def token_inputs(self, position: int) -> torch.Tensor:
         return self.block0.ln_1(self.embed + self.positions[position])
 
@@ -50,12 +54,16 @@ class LlamaFront:
                                                           m.layers[1].input_layernorm, m.rotary_emb)
         self.max_positions = int(model.config.max_position_embeddings)
 
+    @property
+    def device(self) -> torch.device:
+        return self.embed.device
+
     def token_inputs(self, position: int) -> torch.Tensor:
         return self.layer0.input_layernorm(self.embed)
 
     def last_inputs(self, seqs: torch.Tensor) -> torch.Tensor:
         h = self.embed[seqs]
-        pos = torch.arange(seqs.shape[1]).expand(seqs.shape[0], -1)
+        pos = torch.arange(seqs.shape[1], device=seqs.device).expand(seqs.shape[0], -1)
         h = _tensor(self.layer0(h, position_ids=pos, position_embeddings=self.rotary(h, pos)))
         return self.ln1(h[:, -1])
 

@@ -40,7 +40,7 @@ def reorderings(length: int, count: int, generator: torch.Generator) -> list[lis
     """``count`` orderings of ``length`` positions: the identity, then LAMP's four moves in turn (swap two positions,
     move one token, move a span, move a prefix to the end)."""
     def pick(lo: int, hi: int) -> int:  # an integer in [lo, hi)
-        return int(torch.randint(lo, hi, (1,), generator=generator))
+        return int(torch.randint(lo, hi, (1,), generator=generator, device="cpu"))
 
     out = [list(range(length))]
     for k in range(1, count):
@@ -126,7 +126,7 @@ class Lamp(MatchingAttack):
             if (s := self._score(problem, cand, labels)) < best:
                 u, best = cand, s
         for _ in range(self.opts["init-permutations"]):
-            perm = torch.randperm(problem.length)
+            perm = torch.randperm(problem.length, device="cpu").to(u.device)  # drawn on the host
             if (s := self._score(problem, u[:, perm], labels)) < best:
                 u, best = u[:, perm], s
         return u / u.norm(dim=-1, keepdim=True) * (problem.rho / problem.sigma), labels
@@ -142,15 +142,15 @@ class Lamp(MatchingAttack):
                 own = problem.gradient(u[s:s + 1], labels[s:s + 1], False, rows=[s])
                 rest = [w - g for w, g in zip(whole, own)]
                 perms = reorderings(problem.length, o["swap-candidates"], torch.Generator().manual_seed(
-                    int(torch.randint(2**31 - 1, (1,)))))
+                    int(torch.randint(2**31 - 1, (1,), device="cpu"))))
                 scores = []
                 for p in perms:
                     g = problem.gradient(u[s:s + 1, p], labels[s:s + 1, p], False, rows=[s])
                     scores.append(float(problem.distance([r + x for r, x in zip(rest, g)], o["loss"], o["l1"])))
                 if self._prior(problem) == "model" and o["prior-weight"]:
-                    ids = problem.nearest_tokens(u[s])[torch.tensor(perms)]
+                    ids = problem.nearest_tokens(u[s])[torch.tensor(perms, device=u.device)]
                     if problem.start_id is not None:  # the prior reads the line as the client framed it
-                        ids = torch.cat([torch.full((len(ids), 1), problem.start_id), ids], dim=1)
+                        ids = torch.cat([torch.full((len(ids), 1), problem.start_id, device=ids.device), ids], dim=1)
                     scores = [a + o["prior-weight"] * b for a, b in zip(scores, _perplexity(problem.model, ids))]
                 best = min(range(len(perms)), key=lambda i: (scores[i], i))
                 if best:

@@ -82,7 +82,7 @@ def register(app) -> None:
             from fedaudit.jobs.text_capture import TextCaptureJob
 
             out = TextCaptureJob(checkpoint, images, batch_size, local_steps, lr, max_length, momentum, weight_decay,
-                                 seed, base).run_to(output, truth)
+                                 seed, base, device).run_to(output, truth)
             info_line(f"recorded {out['kind']} of {out['num_examples']} text lines (B={batch_size}, K={local_steps}, "
                       f"at most {max_length} tokens each) -> {output}", quiet)
             emit_json(out)

@@ -99,7 +99,7 @@ _TEXT_TRUTH = flag("truth", Optional[Path], "Ground truth of a text capture ('fe
 
 def _text_params(info: MethodInfo) -> list[P]:
     return params("checkpoint", "update", "base", _TEXT_OUT, "batch_size", _TEXT_TRUTH, "truth_mismatch", "fail_on",
-                  "gate", "seed", "force", "quiet", "ignore_base_mismatch")
+                  "gate", "seed", "device", "force", "quiet", "ignore_base_mismatch")
 
 
 def _reconstruct_text(cls, options: dict, kw: dict) -> None:
@@ -119,7 +119,7 @@ def _reconstruct_text(cls, options: dict, kw: dict) -> None:
                                  truth_mismatch=kw["truth_mismatch"].value, base=kw["base"])
         report = job.run_to(outdir, kw["truth"])
     info_line(f"{cls.name}: {len(report.sequences)} sequences recovered, {report.certified} passed every exact check "
-              f"-> {kw['out']}", session.quiet)
+              f"(on {session.device}) -> {kw['out']}", session.quiet)
     if report.fail_on_band is not None and report.fail_on_band.line:
         info_line(report.fail_on_band.line, session.quiet)
     emit_json(text_summary(report, kw["out"]))
