@@ -3,8 +3,10 @@
 No CUDA here, so the discipline is checked on the CPU: an attack is run a second time with PyTorch's default device
 set to ``meta`` (a device that holds shapes only). A tensor the attack makes without saying where lands on ``meta``
 and fails the first operation that meets the model's CPU tensors; on a CUDA machine the same tensor would land on the
-CPU and fail against the model's CUDA tensors. A run that passes gives the same lines as the plain run. The CUDA rows
-(``-m cuda``) run the CLI on a GPU when one is lent (benchmarks/gpu_rows.sh ``text``).
+CPU and fail against the model's CUDA tensors. A run that passes gives the same lines as the plain run. What this
+cannot see: a tensor placed on the host on purpose (a seeded draw, the counted labels) that then meets the model
+without being moved; the CUDA rows (``-m cuda``) run the CLI on a GPU when one is lent and compare it with the CPU
+(benchmarks/gpu_rows.sh, step ``tests``).
 """
 
 from __future__ import annotations
@@ -139,6 +141,10 @@ def test_dager_on_cuda_reads_what_it_reads_on_the_cpu(cli, tiny, tokenizer, tmp_
     (tmp_path / "e").mkdir()
     cpu, gpu = _gpu_rows(cli, encoder, tmp_path / "labelled.txt", tmp_path / "e", "dager")
     assert gpu["certified"] == cpu["certified"] == 4 and sorted(gpu["sequences"]) == sorted(cpu["sequences"])
+    # TAG on the classifier: its labels are counted on the host and meet the model's logits on the GPU
+    (tmp_path / "t").mkdir()
+    cpu, gpu = _gpu_rows(cli, encoder, tmp_path / "labelled.txt", tmp_path / "t", "tag", "--steps", 20)
+    assert len(gpu["sequences"]) == 4
 
 
 @pytest.mark.cuda

@@ -127,7 +127,7 @@ class MatchingProblem:
         if ckpt.kind == "encoder":  # the content between the pinned [CLS] and [SEP] is optimised
             assert classes is not None and ckpt.start_id is not None
             problem.length = length - 2
-            problem.classes = classes.long()
+            problem.classes = classes.long().to(e.device)  # counted on the host; the loss meets them on the model's
             problem.frame = (e[ckpt.start_id], e[ckpt.eos_id])
             others = {ckpt.tokenizer.token_to_id(t) for t in ("[UNK]", "[MASK]")}
             problem.specials = tuple(sorted({ckpt.start_id, ckpt.eos_id, ckpt.pad_id}
