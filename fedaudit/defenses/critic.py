@@ -51,7 +51,10 @@ class CriticTraining:
 
 
 def mix(images: torch.Tensor, ratio: float, gen: torch.Generator) -> torch.Tensor:
-    return (1 - ratio) * images + ratio * torch.rand(images.shape, generator=gen)
+    """``images`` mixed with uniform noise at ``ratio``; the noise drawn on the host by ``gen`` (the same on every
+    device), then moved to the images'."""
+    noise = torch.rand(images.shape, generator=gen, device="cpu")
+    return (1 - ratio) * images + ratio * noise.to(images.device)
 
 
 def calibration(critic: NoiseCritic, images: torch.Tensor, seed: int = 1) -> dict[str, float]:
@@ -60,13 +63,19 @@ def calibration(critic: NoiseCritic, images: torch.Tensor, seed: int = 1) -> dic
         return {f"{r:.1f}": float(critic(mix(images, r, gen)).mean()) for r in RATIOS}
 
 
-def train_critic(images: torch.Tensor, cfg: CriticTraining, on_epoch: Callable[[int, float], None] | None = None):
+def train_critic(images: torch.Tensor, cfg: CriticTraining, on_epoch: Callable[[int, float], None] | None = None,
+                 device: torch.device | str = "cpu"):
+    """Train D on ``device``; the draws (splits, orders, noise, the initial weights) are made on the host, so a seed
+    trains from the same start on every device. Returns the critic on the host and what to record."""
     torch.manual_seed(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
-    perm = torch.randperm(images.shape[0], generator=gen)
+    perm = torch.randperm(images.shape[0], generator=gen, device="cpu")
     n_val = int(round(cfg.validation * len(perm))) if len(perm) >= 10 else 0
-    val, train = images[perm[:n_val]], images[perm[n_val:]]
-    critic = NoiseCritic(tuple(images.shape[1:]), cfg.width)
+    images = images.cpu()
+    val, train = images[perm[:n_val]].to(device), images[perm[n_val:]].to(device)
+    with torch.device("cpu"):  # the initial weights drawn on the host
+        critic = NoiseCritic(tuple(images.shape[1:]), cfg.width)
+    critic.to(device)
     opt = torch.optim.Adam(critic.parameters(), lr=cfg.lr)
     info = {"images": int(images.shape[0]), "epochs": cfg.epochs, "epochs_run": 0, "batch_size": cfg.batch_size,
             "lr": cfg.lr, "width": cfg.width, "seed": cfg.seed, "loss": "mse", "ratios": list(RATIOS)}
@@ -74,12 +83,12 @@ def train_critic(images: torch.Tensor, cfg: CriticTraining, on_epoch: Callable[[
     try:
         for epoch in range(cfg.epochs):
             critic.train()
-            order = torch.randperm(len(train), generator=gen)
+            order = torch.randperm(len(train), generator=gen, device="cpu").to(train.device)
             total, count = 0.0, 0
             for i in range(0, len(order), cfg.batch_size):
                 batch = train[order[i:i + cfg.batch_size]]
                 x = torch.cat([mix(batch, r, gen) for r in RATIOS])
-                target = torch.cat([torch.full((len(batch),), r) for r in RATIOS])
+                target = torch.cat([torch.full((len(batch),), r, device=batch.device) for r in RATIOS])
                 opt.zero_grad()
                 loss = F.mse_loss(critic(x), target)
                 loss.backward()
@@ -99,7 +108,7 @@ def _finish(critic, val, info, t0):
     if len(val):
         info["calibration"] = calibration(critic, val)
     info["seconds"] = round(time.perf_counter() - t0, 2)
-    return critic
+    return critic.cpu()  # written from the host
 
 
 def save_critic(path, critic: NoiseCritic, info: dict) -> None:

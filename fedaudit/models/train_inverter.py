@@ -41,21 +41,29 @@ def _psnr(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def train_inverter(model: nn.Module, spec, final_layer: str, images: torch.Tensor, cfg: InverterTraining,
                    on_epoch: Callable[[int, float], None] | None = None) -> tuple[FeatureInverter, dict]:
-    """Returns the trained inverter and what to record about the training. Ctrl-C raises TrainingInterrupted with the
-    inverter trained so far and its record, so the caller can still save it."""
+    """Returns the trained inverter (on the host) and what to record about the training. It trains on the backbone's
+    device; the draws (the split, the orders, the initial weights) are made on the host, so a seed trains from the
+    same start on every device. Ctrl-C raises TrainingInterrupted with the inverter trained so far and its record, so
+    the caller can still save it."""
     gen = torch.Generator().manual_seed(cfg.seed)
     torch.manual_seed(cfg.seed)
+    device = next(model.parameters()).device
+    images = images.cpu()
     n = images.shape[0]
-    perm = torch.randperm(n, generator=gen)
+    perm = torch.randperm(n, generator=gen, device="cpu")
     n_val = int(round(cfg.validation * n)) if n >= 10 else 0
     val_idx, train_idx = perm[:n_val], perm[n_val:]
-    x_train = images[train_idx]
+    x_train = images[train_idx].to(device)
     if cfg.flip:
         x_train = torch.cat([x_train, x_train.flip(-1)])
     train_bn = cfg.bn_mode == "train"
     f_train = output_layer_io(model, spec, final_layer, x_train, train_bn, chunk=cfg.batch_size)[0].float()
     f_val = output_layer_io(model, spec, final_layer, images[val_idx], train_bn, chunk=cfg.batch_size)[0].float() if n_val else None
-    inverter = FeatureInverter(InverterConfig(f_train.shape[1], tuple(spec.input_shape), cfg.width))
+    # the features come back on the host (output_layer_io); the inverter trains beside the backbone
+    f_train, f_val, x_val = f_train.to(device), None if f_val is None else f_val.to(device), images[val_idx].to(device)
+    with torch.device("cpu"):  # the initial weights drawn on the host
+        inverter = FeatureInverter(InverterConfig(f_train.shape[1], tuple(spec.input_shape), cfg.width))
+    inverter.to(device)
     with torch.no_grad():
         inverter.feature_mean.copy_(f_train.mean(0))
         inverter.feature_std.copy_(f_train.std(0).clamp_min(1e-6) if f_train.shape[0] > 1 else torch.ones_like(f_train[0]))
@@ -68,7 +76,7 @@ def train_inverter(model: nn.Module, spec, final_layer: str, images: torch.Tenso
     try:
         for epoch in range(cfg.epochs):
             inverter.train()
-            order = torch.randperm(x_train.shape[0], generator=gen)
+            order = torch.randperm(x_train.shape[0], generator=gen, device="cpu").to(device)
             total = 0.0
             for i in range(0, len(order), cfg.batch_size):
                 idx = order[i:i + cfg.batch_size]
@@ -85,8 +93,8 @@ def train_inverter(model: nn.Module, spec, final_layer: str, images: torch.Tenso
             if on_epoch:
                 on_epoch(epoch, mse)
     except KeyboardInterrupt:
-        raise TrainingInterrupted(_finish(inverter, f_val, images[val_idx], info, t0), info) from None
-    return _finish(inverter, f_val, images[val_idx], info, t0), info
+        raise TrainingInterrupted(_finish(inverter, f_val, x_val, info, t0), info) from None
+    return _finish(inverter, f_val, x_val, info, t0), info
 
 
 def _finish(inverter, f_val, x_val, info, t0):
@@ -95,4 +103,4 @@ def _finish(inverter, f_val, x_val, info, t0):
         with torch.no_grad():
             info["validation_psnr"] = _psnr(inverter(f_val), x_val)
     info["seconds"] = round(time.perf_counter() - t0, 2)
-    return inverter
+    return inverter.cpu()  # written from the host

@@ -9,7 +9,7 @@ import typer
 
 from fedaudit.cli.console import emit_json, info_line, refuse_existing
 from fedaudit.cli.errors import handle_errors
-from fedaudit.cli.options import ForceOpt, QuietOpt, SeedOpt
+from fedaudit.cli.options import DeviceOpt, ForceOpt, QuietOpt, SeedOpt
 from fedaudit.cli.training import train_with_progress
 from fedaudit.errors import EXIT_INTERRUPTED, InputError
 
@@ -35,20 +35,23 @@ def register(app) -> None:
         width: Annotated[int, typer.Option("--width", help="Channels of the first conv (the paper: 128; then 2w, 4w).")] = 128,
         resize: Annotated[bool, typer.Option("--resize", help="Centre-crop and resize images to --image-shape.")] = False,
         seed: SeedOpt = 0,
+        device: DeviceOpt = "auto",
         force: ForceOpt = False,
         quiet: QuietOpt = False,
     ) -> None:
         """Train Refiner's evaluation network D (noise proportion of an image) on public images (Ctrl-C saves it)."""
         from fedaudit.defenses.critic import CriticTraining, save_critic, train_critic
+        from fedaudit.device import resolve_device
         from fedaudit.io.images import load_images
 
         refuse_existing(output, force)
         if epochs < 1 or batch_size < 1 or lr <= 0 or width < 1:
             raise InputError("--epochs, --batch-size and --width must be >= 1 and --lr > 0")
+        dev = resolve_device(device)
         batch = load_images(images, _shape(image_shape), resize=resize)
         cfg = CriticTraining(epochs=epochs, batch_size=batch_size, lr=lr, width=width, seed=seed)
         critic, info, interrupted = train_with_progress(
-            "critic", epochs, quiet, lambda on_epoch: train_critic(batch.images, cfg, on_epoch))
+            "critic", epochs, quiet, lambda on_epoch: train_critic(batch.images, cfg, on_epoch, dev))
         info["interrupted"] = interrupted
         save_critic(output, critic, info)
         info_line(f"{'interrupted after' if interrupted else 'trained'} {info['epochs_run']} epochs -> {output}", quiet)

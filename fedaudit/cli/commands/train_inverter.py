@@ -9,7 +9,7 @@ import typer
 
 from fedaudit.cli.console import emit_json, info_line, refuse_existing
 from fedaudit.cli.errors import handle_errors
-from fedaudit.cli.options import AllowCustomArchOpt, BNMode, CheckpointArg, ForceOpt, QuietOpt, SeedOpt
+from fedaudit.cli.options import AllowCustomArchOpt, BNMode, CheckpointArg, DeviceOpt, ForceOpt, QuietOpt, SeedOpt
 from fedaudit.cli.training import train_with_progress
 from fedaudit.errors import EXIT_INTERRUPTED, InputError
 
@@ -31,11 +31,13 @@ def register(app) -> None:
                                                                   "update's).")] = BNMode.eval,
         resize: Annotated[bool, typer.Option("--resize", help="Centre-crop and resize images to the model's input size.")] = False,
         seed: SeedOpt = 0,
+        device: DeviceOpt = "auto",
         force: ForceOpt = False,
         quiet: QuietOpt = False,
         allow_custom_arch: AllowCustomArchOpt = False,
     ) -> None:
         """Train a decoder from this checkpoint's output-layer inputs to images (RGLA's last stage; Ctrl-C saves it)."""
+        from fedaudit.device import resolve_device
         from fedaudit.io.checkpoint import load_checkpoint
         from fedaudit.io.images import load_images
         from fedaudit.io.inverter import save_inverter
@@ -45,7 +47,9 @@ def register(app) -> None:
         refuse_existing(output, force)
         if epochs < 1 or batch_size < 2 or lr <= 0 or width < 1:
             raise InputError("--epochs must be >= 1, --batch-size >= 2, --lr > 0 and --width >= 1")
+        dev = resolve_device(device)
         ckpt = load_checkpoint(checkpoint, allow_custom_arch=allow_custom_arch)
+        ckpt.model.to(dev)  # the backbone's features and the inverter's training run there
         final = final_linear(ckpt.model)
         if final is None:
             raise InputError("the model has no linear output layer, so there is no feature to invert")
@@ -54,7 +58,7 @@ def register(app) -> None:
             raise InputError(f"{str(images)!r} holds {batch.images.shape[0]} image(s); training needs at least 2")
         cfg = InverterTraining(epochs=epochs, batch_size=batch_size, lr=lr, width=width, flip=not no_flip,
                                bn_mode=bn_mode.value, seed=seed)
-        info_line(f"train-inverter: {ckpt.spec.arch}, {batch.images.shape[0]} images, {epochs} epochs", quiet)
+        info_line(f"train-inverter: {ckpt.spec.arch}, {batch.images.shape[0]} images, {epochs} epochs, on {dev}", quiet)
         inverter, info, interrupted = train_with_progress(
             "inverter", epochs, quiet, lambda on_epoch: train_inverter(ckpt.model, ckpt.spec, final, batch.images, cfg, on_epoch))
         info["interrupted"] = interrupted
