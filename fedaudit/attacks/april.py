@@ -156,7 +156,7 @@ class APRIL(OptimizationAttack):
         return {"x": self.solved.clone()}
 
     def closure(self, state, it):
-        return torch.tensor(self.diag["relative_residual"])  # nothing to optimise: the closed form is the answer
+        return torch.tensor(self.diag["relative_residual"], device="cpu")  # nothing to optimise: the closed form is the answer
 
     def distance(self, state):
         return float(self.diag["relative_residual"])

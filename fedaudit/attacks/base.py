@@ -84,7 +84,7 @@ def lr_factor(schedule: str, it: int, total: int) -> float:
         gamma = 0.1 if schedule == "step" else 0.33  # step-0.33: HFGI's MultiStepLR (gamma 0.33)
         return gamma ** sum(it >= round(total * f) for f in (3 / 8, 5 / 8, 7 / 8))
     if schedule == "cosine":
-        return 0.5 * (1 + torch.cos(torch.tensor(torch.pi * it / max(total, 1))).item())
+        return 0.5 * (1 + torch.cos(torch.tensor(torch.pi * it / max(total, 1), device="cpu")).item())
     if schedule == "warmup-cosine":
         warm = min(WARMUP, total // 10)
         if it < warm:

@@ -129,10 +129,10 @@ def run_group(attack, cfg, group, progress, task, log_every, held: dict, label: 
     stepper = held["steps"]
     states, opt = stepper.begin(states)
     progress.update(task, description=label)
-    alive = torch.ones(len(group), dtype=torch.bool)
+    alive = torch.ones(len(group), dtype=torch.bool, device="cpu")  # the rows' bookkeeping, on the host
     dead: list[int] = []
     history: list[tuple[int, int, float]] = []
-    steps = torch.zeros(len(group), dtype=torch.long)
+    steps = torch.zeros(len(group), dtype=torch.long, device="cpu")
     interrupted = False
     try:
         for it in range(cfg.iterations):

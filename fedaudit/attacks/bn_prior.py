@@ -75,7 +75,7 @@ def bn_prior(captured: list[tuple[str, torch.Tensor]], targets: Targets, multipl
         w = multipliers[i] if i < len(multipliers) else 1.0
         terms.append(w * ((mu - target[0]).norm() + (var - target[1]).norm()))
     if not terms:
-        return torch.zeros(())
+        return torch.zeros((), device="cpu")  # a host scalar adds to a loss on any device
     total = terms[0]
     for t in terms[1:]:
         total = total + t

@@ -87,13 +87,13 @@ class CEInversion:
         G = (S - self.Y) / self.B
         A = Z - self.b
         Ji = (torch.diag_embed(S) - S.unsqueeze(2) * S.unsqueeze(1)) / self.B  # [B, C(j), C(l)]
-        eye = torch.eye(self.C, dtype=Z.dtype)
+        eye = torch.eye(self.C, dtype=Z.dtype, device=Z.device)
         if self.differentiate_g:
             jw = -(torch.einsum("ijl,ik->jkil", Ji, A) + torch.einsum("ij,kl->jkil", G, eye))
             jb = -Ji.permute(1, 0, 2)
         else:  # G' held constant (the official code): only the (Z - 1 b^T) factor moves, L_b has no gradient
             jw = -torch.einsum("ij,kl->jkil", G, eye)
-            jb = torch.zeros(self.C, self.B, self.C, dtype=Z.dtype)
+            jb = torch.zeros(self.C, self.B, self.C, dtype=Z.dtype, device=Z.device)
         sw, sb, sl = self.scales
         rows = [sw * math.sqrt(a1) * jw.reshape(self.C * self.C, -1), sb * math.sqrt(a2) * jb.reshape(self.C, -1)]
         if with_loss and math.isfinite(self.l_hat):

@@ -32,7 +32,7 @@ class DLG(OptimizationAttack):
         x = normal_init(self.tm.spec, self.shape, gen)
         c = self.tm.spec.num_classes
         if self.opts["label-init"] == "random":
-            y = torch.randn(self.num_images, c, generator=gen)
+            y = torch.randn(self.num_images, c, generator=gen, device="cpu")
         else:
             y = 5.0 * torch.nn.functional.one_hot(self.labels.cpu(), c).float()
         dev = self.engine.device

@@ -73,7 +73,7 @@ def _kth_largest(v: torch.Tensor, k: int) -> torch.Tensor:
     which matters because FedLeak takes one per tensor every iteration; elsewhere ``torch.kthvalue``."""
     i = v.numel() - k
     if v.device.type == "cpu" and v.dtype in (torch.float32, torch.float64) and not v.requires_grad:
-        return torch.as_tensor(np.partition(v.numpy(), i)[i])
+        return torch.as_tensor(np.partition(v.numpy(), i)[i], device="cpu")
     return torch.kthvalue(v, i + 1).values
 
 

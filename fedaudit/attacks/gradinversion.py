@@ -95,15 +95,15 @@ class GradInversion(OptimizationAttack):
         if self.opts["num-seeds"] < 1:
             raise InputError("gradinversion: --num-seeds must be >= 1")
         c = tm.spec.input_shape[0]
-        lo, hi = normalize(torch.zeros(1, c, 1, 1), tm.spec), normalize(torch.ones(1, c, 1, 1), tm.spec)
+        lo, hi = (normalize(torch.full((1, c, 1, 1), v, device="cpu"), tm.spec) for v in (0.0, 1.0))
         self.box = (lo.to(engine.device), hi.to(engine.device))
         self._it = 0
 
     # --- state --------------------------------------------------------------------------------------------------
     def init_state(self, gen):
         dev = self.engine.device
-        x = torch.randn((self.opts["num-seeds"], *self.shape), generator=gen)
-        noise_seed = torch.randint(2**31 - 1, (), generator=gen)
+        x = torch.randn((self.opts["num-seeds"], *self.shape), generator=gen, device="cpu")  # drawn on the host
+        noise_seed = torch.randint(2**31 - 1, (), generator=gen, device="cpu")
         return {"x": x.to(dev).requires_grad_(True), "e": torch.zeros(self.shape, device=dev),
                 "noise_seed": noise_seed.to(dev)}
 
@@ -147,7 +147,7 @@ class GradInversion(OptimizationAttack):
             grad_x = grad_x + torch.autograd.grad(loss, [xs])[0]
             loss_sum += float(loss.detach())
         xs.grad = grad_x
-        return torch.tensor(loss_sum)
+        return torch.tensor(loss_sum, device="cpu")
 
     def project(self, state):
         with torch.no_grad():
@@ -155,7 +155,7 @@ class GradInversion(OptimizationAttack):
             if self.opts["langevin"] > 0 and hasattr(self, "_opt"):
                 lr = self._opt.param_groups[0]["lr"]
                 gen = torch.Generator().manual_seed(int(state["noise_seed"]) * 1_000_003 + self._it)
-                xs.add_(torch.randn(xs.shape, generator=gen).to(xs.device), alpha=lr * self.opts["langevin"])
+                xs.add_(torch.randn(xs.shape, generator=gen, device="cpu").to(xs.device), alpha=lr * self.opts["langevin"])
             xs.copy_(torch.maximum(torch.minimum(xs, self.box[1]), self.box[0]))
 
     # --- results ------------------------------------------------------------------------------------------------

@@ -86,7 +86,7 @@ class HFGI(OptimizationAttack):
         final = tm.final_layer
         self.final_count = sum(1 for k in names if final and k.startswith(final + ".")) or 1
         c = tm.spec.input_shape[0]
-        lo, hi = normalize(torch.zeros(1, c, 1, 1), tm.spec), normalize(torch.ones(1, c, 1, 1), tm.spec)
+        lo, hi = (normalize(torch.full((1, c, 1, 1), v, device="cpu"), tm.spec) for v in (0.0, 1.0))
         self.box = (lo.to(engine.device), hi.to(engine.device))
 
     def matched(self, it: int) -> list[str]:
@@ -97,7 +97,7 @@ class HFGI(OptimizationAttack):
         return names[len(names) - k:]
 
     def init_state(self, gen):
-        return {"x": torch.randn(self.shape, generator=gen).to(self.engine.device).requires_grad_(True)}
+        return {"x": torch.randn(self.shape, generator=gen, device="cpu").to(self.engine.device).requires_grad_(True)}
 
     def _targets(self, names: list[str], gen: torch.Generator | None) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
         """The target tensors of ``names`` and this iteration's dropout masks (None without dropout): dropped
@@ -107,7 +107,7 @@ class HFGI(OptimizationAttack):
         if self.opts["dropout"] <= 0 or gen is None:
             return t, None
         lead = 1 if self.engine.target.groups else 0  # stacked targets: one mask for every group, as in its own run
-        masks = [(torch.rand(b.shape[lead:], generator=gen).to(b.device) > self.opts["dropout"]).to(b.dtype)
+        masks = [(torch.rand(b.shape[lead:], generator=gen, device="cpu").to(b.device) > self.opts["dropout"]).to(b.dtype)
                  for b in t]
         return [b * m for b, m in zip(t, masks)], masks
 

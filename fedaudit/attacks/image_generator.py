@@ -54,24 +54,24 @@ class ImageGenerator:
 
         def uniform(*size, fan_in):
             b = 1 / math.sqrt(fan_in)
-            return (torch.rand(size, generator=gen) * 2 - 1) * b
+            return (torch.rand(size, generator=gen, device="cpu") * 2 - 1) * b  # drawn on the host
 
         p = {}
         c0 = self.widths[0]
         p["input.w"] = uniform(c0 * self.h0 * self.w0, self.code_dim, fan_in=self.code_dim)
-        p["input.bn.w"], p["input.bn.b"] = torch.ones(c0), torch.zeros(c0)
+        p["input.bn.w"], p["input.bn.b"] = torch.ones(c0, device="cpu"), torch.zeros(c0, device="cpu")
         c_in = c0
         for i, c in enumerate(self.widths):
             for j, ci in ((1, c_in), (2, c)):
                 p[f"block{i}.conv{j}.w"] = uniform(c, ci, 3, 3, fan_in=ci * 9)
-                p[f"block{i}.bn{j}.w"], p[f"block{i}.bn{j}.b"] = torch.ones(c), torch.zeros(c)
+                p[f"block{i}.bn{j}.w"], p[f"block{i}.bn{j}.b"] = torch.ones(c, device="cpu"), torch.zeros(c, device="cpu")
             c_in = c
         p["rgb.w"] = uniform(self.channels, c_in, 1, 1, fan_in=c_in)
         p["rgb.b"] = uniform(self.channels, fan_in=c_in)
         return p
 
     def code(self, gen: torch.Generator) -> torch.Tensor:
-        return torch.randn(self.batch, self.code_dim, generator=gen)
+        return torch.randn(self.batch, self.code_dim, generator=gen, device="cpu")
 
     @staticmethod
     def _bn_act(x, w, b):

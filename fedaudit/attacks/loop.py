@@ -87,7 +87,7 @@ def _restore_adam(opt, tensors, scalars):
     sd = opt.state_dict()
     for i in range(len(sd["param_groups"][0]["params"])):
         if f"opt.{i}.exp_avg" in tensors:
-            sd["state"][i] = {"step": torch.tensor(scalars[f"{i}.step"]), "exp_avg": tensors[f"opt.{i}.exp_avg"],
+            sd["state"][i] = {"step": torch.tensor(scalars[f"{i}.step"], device="cpu"), "exp_avg": tensors[f"opt.{i}.exp_avg"],
                               "exp_avg_sq": tensors[f"opt.{i}.exp_avg_sq"]}
     opt.load_state_dict(sd)
 

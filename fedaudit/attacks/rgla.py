@@ -93,10 +93,11 @@ class RGLA(OptimizationAttack):
 
     # --- the logit optimisation -------------------------------------------------------------------------------
     def init_state(self, gen):
-        z = torch.randn(self.num_images, self.inv.C, generator=gen, dtype=torch.float64)
+        z = torch.randn(self.num_images, self.inv.C, generator=gen, dtype=torch.float64, device="cpu")
         if self.opts["solver"] == "adam":
             return {"z": z.requires_grad_(True)}
-        return {"z": z, "mu": torch.tensor(1e-3, dtype=torch.float64), "phase": torch.tensor(0.0, dtype=torch.float64)}
+        return {"z": z, "mu": torch.tensor(1e-3, dtype=torch.float64, device="cpu"),
+                "phase": torch.tensor(0.0, dtype=torch.float64, device="cpu")}
 
     def optimizer(self, state, lr):
         if self.opts["solver"] == "adam":
@@ -115,7 +116,7 @@ class RGLA(OptimizationAttack):
             mu = 1e-3
         state["z"].copy_(z)
         state["mu"].fill_(mu)
-        return torch.tensor(after)
+        return torch.tensor(after, device="cpu")
 
     def project(self, state):
         pass  # logits are unconstrained
@@ -143,12 +144,12 @@ class RGLA(OptimizationAttack):
         if self.inverter is not None:
             with torch.no_grad():
                 return self.inverter(f.float()).clamp(0, 1)
-        return torch.zeros(0, c, h, w)
+        return torch.zeros(0, c, h, w, device="cpu")
 
     def extras(self, state):
         z, f, diag = self._features(state)
         p = torch.softmax(z, dim=1)
-        per_sample_loss = -torch.log(p[torch.arange(len(self.labels)), self.labels.cpu()].clamp_min(1e-300))
+        per_sample_loss = -torch.log(p[torch.arange(len(self.labels), device=p.device), self.labels.to(p.device)].clamp_min(1e-300))
         warnings = []
         if float(p.max()) > CONFIDENT:
             warnings.append(f"a recovered sample has confidence {float(p.max()):.2f}: Proposition 2 assumes a near-untrained "

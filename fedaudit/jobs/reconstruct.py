@@ -275,7 +275,7 @@ class ReconstructJob:
         unroll = self.multi_step == "unroll" and self.tm.meta.local_steps > 1
         if unroll and self.tm.meta.kind == "gradient":
             raise InputError("--multi-step unroll needs a delta or weights update")
-        labels = torch.as_tensor(labels)
+        labels = torch.as_tensor(labels, device="cpu")  # the attack moves them to its engine's device
         engine = GradientEngine(self.tm, self.tm.device, unroll=unroll)
         attack = self.attack_cls(self.tm, engine, labels, self.options, int(labels.shape[0]),
                                  iterations=self.settings["iterations"])

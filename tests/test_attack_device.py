@@ -1,0 +1,68 @@
+"""The image attacks leave no tensor unplaced: every tensor an attack's loop makes says where (its engine's device, or
+the host for its seeded draws and bookkeeping), so the loop that runs on the CPU here runs on CUDA unchanged.
+
+As for the text attacks (tests/test_text_device.py): each run is repeated with PyTorch's default device set to
+``meta``, where a tensor made without saying where fails against the CPU's; both runs must give the same images.
+The label methods and the metrics are outside this check (they run before and after the loop, on the host); the CUDA
+rows of tests/test_reconstruct.py run whole jobs on a GPU where one is lent.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fedaudit.attacks import stacked_targets
+from fedaudit.jobs import ReconstructJob, Session
+
+from .helpers import load_sample
+
+
+def _both(name: str, attack: str, restarts: int = 1, options: dict | None = None):
+    session = Session(seed=0, quiet=True)
+    tm, truth = load_sample(name, session)
+    labels = truth.labels.tolist()
+
+    def run():
+        torch.manual_seed(0)
+        job = ReconstructJob(session, tm, attack, options, {"iterations": 3, "restarts": restarts},
+                             given_labels=labels, proxies=0)
+        return job.optimize(job.build(labels), labels)
+
+    plain = run()
+    with torch.device("meta"):
+        placed = run()
+    assert torch.equal(placed.images, plain.images) and placed.distance == plain.distance
+    return plain
+
+
+@pytest.mark.parametrize("attack", ["ig", "dlg", "fedleak", "fedleak-dip", "gradinversion", "hfgi", "rgla"])
+def test_each_attacks_loop_leaves_no_tensor_unplaced(attack):
+    assert _both("lenet_b4", attack).iterations_run >= 1
+
+
+@pytest.mark.parametrize("attack,options", [("ig", None), ("ig", {"bn-stats": "running", "bn": 0.1}),
+                                            ("hfgi", {"dropout": 0.3})])
+def test_restarts_on_a_bn_model_leave_no_tensor_unplaced(attack, options):
+    """Two restarts as one batch (the CPU batches them up to 1M parameters; the BN-statistic prior runs them one
+    after another), HFGI's dropout masks."""
+    assert _both("resnet10_b4", attack, restarts=2, options=options).iterations_run >= 1
+
+
+def test_stacked_proxies_leave_no_tensor_unplaced():
+    """Two updates' rows in one batch (fedaudit/attacks/stacked_targets.py), each against its own target."""
+    session = Session(seed=0, quiet=True)
+    tm, truth = load_sample("lenet_b4", session)
+    labels = truth.labels.tolist()
+
+    def run():
+        torch.manual_seed(0)
+        job = ReconstructJob(session, tm, "ig", None, {"iterations": 3, "restarts": 2}, given_labels=labels, proxies=0)
+        attacks = [job.build(labels), job.build(labels)]
+        return stacked_targets.optimize_stacked(attacks, job.loop_config(labels))
+
+    plain = run()
+    with torch.device("meta"):
+        placed = run()
+    assert sorted(placed.results) == sorted(plain.results) == [0, 1] and placed.batches == plain.batches
+    assert all(torch.equal(plain.results[i].images, placed.results[i].images) for i in plain.results)
