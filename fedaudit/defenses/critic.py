@@ -33,7 +33,7 @@ class NoiseCritic(nn.Module):
         self.features = nn.Sequential(nn.Conv2d(c, width, 3, 2, 1), nn.ReLU(), nn.Conv2d(width, 2 * width, 3, 2, 1), nn.ReLU(),
                                       nn.Conv2d(2 * width, 4 * width, 3, 2, 1), nn.ReLU(), nn.Flatten())
         with torch.no_grad():
-            n = self.features(torch.zeros(1, c, h, w, device=self.features[0].weight.device)).shape[1]
+            n = self.features(torch.zeros(1, c, h, w, device=next(self.features.parameters()).device)).shape[1]
         self.head = nn.Linear(n, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
