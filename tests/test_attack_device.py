@@ -3,8 +3,8 @@ the host for its seeded draws and bookkeeping), so the loop that runs on the CPU
 
 As for the text attacks (tests/test_text_device.py): each run is repeated with PyTorch's default device set to
 ``meta``, where a tensor made without saying where fails against the CPU's; both runs must give the same images.
-The label methods and the metrics are outside this check (they run before and after the loop, on the host); the CUDA
-rows of tests/test_reconstruct.py run whole jobs on a GPU where one is lent.
+The label methods have their own (tests/test_label_device.py); the CUDA rows of tests/test_reconstruct.py run whole
+jobs on a GPU where one is lent.
 """
 
 from __future__ import annotations

@@ -94,7 +94,7 @@ def capture_update(model: nn.Module, spec: ModelSpec, images: torch.Tensor, labe
     model.train(cfg.bn_mode == "train")
     params = dict(model.named_parameters())
     nb = images.shape[0] // cfg.batch_size
-    step = torch.arange(images.shape[0]) // cfg.batch_size
+    step = torch.arange(images.shape[0], device="cpu") // cfg.batch_size
     buffers = cfg.include_buffers if cfg.include_buffers is not None else kind != "gradient"
     if kind == "gradient":
         loss = client_loss(model, spec, images, labels, cfg.reduction)

@@ -68,7 +68,7 @@ def run_proxies(job: ProxiedJob, labels: list[int], count: int) -> dict[str, Any
         cfg = recipe(tm)
     except InputError as e:
         return {"requested": count, "proxies": [], "not_applicable": f"no proxies: {e}"}
-    y = torch.as_tensor(labels, dtype=torch.long)
+    y = torch.as_tensor(labels, dtype=torch.long, device="cpu")
     n = len(y)
     records: list[dict[str, Any]] = []
     warnings: list[str] = []
@@ -78,7 +78,7 @@ def run_proxies(job: ProxiedJob, labels: list[int], count: int) -> dict[str, Any
         seed = 1_000_033 * (session.seed + 1) + j
         g = torch.Generator().manual_seed(seed)
         rounds = -(-n // len(images))
-        pick = torch.cat([torch.randperm(len(images), generator=g) for _ in range(rounds)])[:n]
+        pick = torch.cat([torch.randperm(len(images), generator=g, device="cpu") for _ in range(rounds)])[:n]
         try:
             sim, truth = simulated_client(tm, session, images[pick], y, cfg, chain, seed)
             captured.append((j, truth, job.proxy(session, sim, labels)))

@@ -435,7 +435,7 @@ class ReconstructJob:
                 out.write_bytes(f"{prefix}proxies/{p['index']}.png", png) for p, png in zip(result.proxies, proxy_pngs)]
         if not prefix:
             out.write_bytes("reconstruction.safetensors", safetensors_bytes(
-                {"images": result.images, "labels": torch.tensor(attack.recovered_labels),
+                {"images": result.images, "labels": torch.tensor(attack.recovered_labels, device="cpu"),
                  **result.tensors}, {"fedaudit.file": "reconstruction", "fedaudit.attack": self.attack}))
         write_report(out, result.report, result.images, truth.images if truth is not None else None, prefix=prefix,
                      proxy_pngs=proxy_pngs)

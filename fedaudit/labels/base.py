@@ -133,11 +133,11 @@ def integer_counts(raw: torch.Tensor, total: int) -> torch.Tensor:
 
 def set_result(present: torch.Tensor, num_classes: int, **diagnostics) -> LabelResult:
     """Result of a set-only method: each recovered class counted once."""
-    counts = torch.zeros(num_classes)
+    counts = torch.zeros(num_classes, device="cpu")
     counts[present] = 1.0
     return LabelResult(counts, counts.long(), diagnostics)
 
 
 def list_result(labels: list[int], num_classes: int, **diagnostics) -> LabelResult:
-    counts = torch.bincount(torch.tensor(labels, dtype=torch.long), minlength=num_classes)
+    counts = torch.bincount(torch.as_tensor(labels, dtype=torch.long, device="cpu"), minlength=num_classes)
     return LabelResult(counts.double(), counts, diagnostics)

@@ -94,7 +94,7 @@ def aux_moments(tm: ThreatModel, stats: bn_statistics.BNStatistics, images: torc
     seen: dict[str, torch.Tensor] = {}
     size = 1 if batches is None else len(batches[0])
     if batches is None:
-        chunks = list(torch.arange(images.shape[0]).split(CHUNK))
+        chunks = list(torch.arange(images.shape[0], device="cpu").split(CHUNK))
     else:
         assert all(len(b) == size for b in batches)
         groups = max(1, 4 * CHUNK // size)  # batches per forward pass
@@ -153,7 +153,7 @@ def split_batches(n: int, batch: int, rounds: int, g: torch.Generator) -> list[t
     """``rounds`` random splits of n samples into batches of ``batch`` (each split leaves its remainder out; a batch
     larger than n is all n)."""
     batch = min(batch, n)
-    return [b for _ in range(rounds) for b in torch.randperm(n, generator=g).split(batch) if len(b) == batch]
+    return [b for _ in range(rounds) for b in torch.randperm(n, generator=g, device="cpu").split(batch) if len(b) == batch]
 
 
 def matched_batches(labels: torch.Tensor, batch: int, shares: torch.Tensor, g: torch.Generator) -> list[torch.Tensor]:
@@ -165,7 +165,7 @@ def matched_batches(labels: torch.Tensor, batch: int, shares: torch.Tensor, g: t
     per_class = torch.bincount(labels, minlength=shares.numel()).double()
     weight = shares.double()[labels] / per_class[labels].clamp_min(1)
     mates = torch.multinomial(weight, (batch - 1) * labels.numel(), replacement=True, generator=g)
-    return [torch.cat([torch.tensor([i]), m]) for i, m in enumerate(mates.view(labels.numel(), batch - 1))]
+    return [torch.cat([torch.tensor([i], device=m.device), m]) for i, m in enumerate(mates.view(labels.numel(), batch - 1))]
 
 
 def batch_moments(stats: bn_statistics.BNStatistics) -> torch.Tensor:
@@ -197,8 +197,8 @@ def solve_proportions(x: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
     import scipy.optimize  # here, not at module level: it costs every command's start-up
 
     weight = 1e3 * float(x.norm())
-    a = torch.cat([x.T, torch.full((1, x.shape[0]), weight, dtype=x.dtype)]).numpy()
-    b = torch.cat([m, torch.tensor([weight], dtype=m.dtype)]).numpy()
+    a = torch.cat([x.T, torch.full((1, x.shape[0]), weight, dtype=x.dtype, device=x.device)]).numpy()
+    b = torch.cat([m, torch.tensor([weight], dtype=m.dtype, device=m.device)]).numpy()
     p, _ = scipy.optimize.nnls(a, b, maxiter=50 * a.shape[1])
     p = torch.from_numpy(p)
     return p / p.sum() if float(p.sum()) > 0 else torch.full_like(p, 1 / len(p))
@@ -377,7 +377,7 @@ class BNCount(LabelMethod):
         shrinkage = float(self.opt("shrinkage"))
         observed = batch_moments(stats)
         if self.opt("moments") == "mean":
-            half = torch.cat([torch.arange(2 * s.mean.numel()) < s.mean.numel() for s in stats.layers.values()])
+            half = torch.cat([torch.arange(2 * s.mean.numel(), device="cpu") < s.mean.numel() for s in stats.layers.values()])
             feats, observed = feats[:, half], observed[half]
         seen = [k for k in range(tm.spec.num_classes) if bool((labels == k).any())]
         if len(seen) < 2:
@@ -392,8 +392,8 @@ class BNCount(LabelMethod):
         x, m, seen, b = system.x, system.m, system.seen, system.samples  # K > 1: the mixture read as one batch of B K
         p = solve_proportions(x, m)
         n, moves = refine(integer_counts(p * b, b), x, m)
-        counts = torch.zeros(tm.spec.num_classes, dtype=torch.float64)
-        counts_int = torch.zeros(tm.spec.num_classes, dtype=torch.long)
+        counts = torch.zeros(tm.spec.num_classes, dtype=torch.float64, device="cpu")
+        counts_int = torch.zeros(tm.spec.num_classes, dtype=torch.long, device="cpu")
         counts[seen] = p * b
         counts_int[seen] = n
         return LabelResult(counts, counts_int, {

@@ -62,7 +62,7 @@ def aux_subset(labels: torch.Tensor, classes: int, per_class: int, gen: torch.Ge
     picked = []
     for c in range(classes):
         pool = torch.nonzero(labels == c).flatten()
-        picked.append(pool[torch.randperm(len(pool), generator=gen)[:per_class]])
+        picked.append(pool[torch.randperm(len(pool), generator=gen, device="cpu").to(pool.device)[:per_class]])
     return torch.cat(picked)
 
 
@@ -156,7 +156,7 @@ class ClientFit(LabelMethod):
             rlu = LABEL_METHODS.get("rlu")
             if not rlu.why_not(tm, session):
                 return rlu().run(tm, session).counts_int.double(), "rlu"
-        return torch.ones(c, dtype=torch.float64), "uniform"
+        return torch.ones(c, dtype=torch.float64, device="cpu"), "uniform"
 
 
 def step_spread(mixes: torch.Tensor, batch: int) -> torch.Tensor:

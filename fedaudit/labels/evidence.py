@@ -37,9 +37,9 @@ class Evidence:
             h, z = output_layer_io(model, tm.spec, tm.output_layer, images, tm.train_bn, aux.normalized)
             err = torch.softmax(z, 1) - torch.nn.functional.one_hot(labels, c).double()  # [N, C]
             for part in self.parts:
-                x = h if part == "weight" else torch.ones(len(h), 1, dtype=h.dtype)
+                x = h if part == "weight" else torch.ones(len(h), 1, dtype=h.dtype, device=h.device)
                 per = torch.stack([(err[labels == k, :, None] * x[labels == k, None, :]).mean(0) if (labels == k).any()
-                                   else torch.full((c, x.shape[1]), torch.nan, dtype=h.dtype) for k in range(c)])
+                                   else torch.full((c, x.shape[1]), torch.nan, dtype=h.dtype, device=h.device) for k in range(c)])
                 missing = per.flatten(1).isnan().any(1)
                 if missing.all():
                     raise ValueError("evidence: no aux sample has a class label in range")

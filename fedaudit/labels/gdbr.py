@@ -154,7 +154,8 @@ class GDBR(LabelMethod):
         nonzero = a_mean[a_mean > 0]
         if len(nonzero) == 0:
             violations.append(f"every aux activation after {chain.layers[0]} is zero")
-        a_mean = torch.where(a_mean > 0, a_mean, nonzero.mean() if len(nonzero) else torch.tensor(1.0, dtype=torch.float64))
+        a_mean = torch.where(a_mean > 0, a_mean, nonzero.mean() if len(nonzero) else torch.tensor(1.0, dtype=torch.float64,
+                                                                                            device=a_mean.device))
         if violations and not self.opt("ignore-assumptions"):
             raise NotApplicable("gdbr: assumptions violated: " + "; ".join(violations))
         grad = s / a_mean  # Eq. 17

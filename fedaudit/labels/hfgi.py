@@ -117,7 +117,7 @@ class HFGI(LabelMethod):
             v, fit = evolve(nc, n, mean[t].numpy(), s[:, t].numpy(), rng, self.opt("population"),
                             self.opt("generations"), self.opt("crossover"))
             diag.update(positions=t.tolist(), aux=aux.kind)
-        counts = torch.zeros(c, dtype=torch.long)
+        counts = torch.zeros(c, dtype=torch.long, device="cpu")
         counts[present] = torch.from_numpy(np.asarray(v, dtype=np.int64))
         result = LabelResult(counts.double(), counts, {**diag, "fitness": fit})
         result.warnings += warnings

@@ -211,21 +211,21 @@ class HiddenSplit(LabelMethod):
         if best is None:
             raise NotApplicable("; ".join(reasons))
         name, peel, logits_aux = best
-        exact = torch.bincount(torch.tensor(peel.labels, dtype=torch.long), minlength=c)
+        exact = torch.bincount(torch.tensor(peel.labels, dtype=torch.long, device="cpu"), minlength=c)
         left = b - len(peel.labels)
-        raw = torch.zeros(c, dtype=torch.float64)
+        raw = torch.zeros(c, dtype=torch.float64, device="cpu")
         if left and self.opt("leftover") == "resolved" and peel.labels:
             # samples left over take the resolved samples' class mix: most are samples the model is sure of,
             # invisible in the update, and a class's share of the visible ones is the best guess of theirs
             raw = exact.double() * left / len(peel.labels)
         elif left:
             # bias-count's rule on what the verified samples leave of the output bias gradient
-            verified = sum(peel.probs, torch.zeros(c, dtype=torch.float64)) \
-                - torch.bincount(torch.tensor(peel.labels, dtype=torch.long), minlength=c).double()  # sum of p - e_y
+            verified = sum(peel.probs, torch.zeros(c, dtype=torch.float64, device="cpu")) \
+                - torch.bincount(torch.tensor(peel.labels, dtype=torch.long, device="cpu"), minlength=c).double()  # sum of p - e_y
             errors = tm.output_grad("bias").double().cpu() * b - verified
             raw = (left * torch.softmax(logits_aux, -1).mean(0) - errors).clamp_min(0)
             raw = raw * left / max(float(raw.sum()), 1e-12)
-        fallback = integer_counts(raw, left) if left else torch.zeros(c, dtype=torch.long)
+        fallback = integer_counts(raw, left) if left else torch.zeros(c, dtype=torch.long, device="cpu")
         return LabelResult(exact.double() + raw, exact + fallback, {
             "layer": name, "layers_tried": tried, "resolved": len(peel.labels), "visible_rank": peel.visible,
             "unresolved": left, "rounds": peel.rounds, "noise_growth": peel.growth, "exact_counts": exact.tolist(),
@@ -260,7 +260,7 @@ class HiddenSplit(LabelMethod):
             if peel.rank == 0 or not peel.round(patterns[gen.permutation(len(patterns))[:self.opt("candidates")]],
                                                 cap, gen):
                 break
-        starts = torch.cat([x_aux, torch.ones(len(x_aux), 1, dtype=x_aux.dtype)], 1)
+        starts = torch.cat([x_aux, torch.ones(len(x_aux), 1, dtype=x_aux.dtype, device=x_aux.device)], 1)
         for _ in range(self.opt("rounds") if self.opt("fit-steps") > 0 else 0):
             if peel.rank > FIT_MAX_RANK:
                 break  # fitted starts find the few samples the LPs leave (measured up to 5), not dozens

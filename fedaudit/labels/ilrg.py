@@ -40,8 +40,9 @@ class ILRG(LabelMethod):
         emb = g / safe[:, None]
         probs = torch.softmax(emb @ w.T + bias, dim=1)  # [class whose embedding, output class]
         c = probs.shape[0]
-        a = torch.cat([probs.T - torch.eye(c, dtype=torch.float64), torch.ones(1, c, dtype=torch.float64)])
-        rhs = torch.cat([b * gb, torch.tensor([float(b)], dtype=torch.float64)])
+        a = torch.cat([probs.T - torch.eye(c, dtype=torch.float64, device="cpu"),
+                       torch.ones(1, c, dtype=torch.float64, device="cpu")])
+        rhs = torch.cat([b * gb, torch.tensor([float(b)], dtype=torch.float64, device="cpu")])
         k = torch.linalg.pinv(a) @ rhs
         residual = float(torch.linalg.norm(a @ k - rhs))
         k = k.clamp_min(0)

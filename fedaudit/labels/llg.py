@@ -22,7 +22,7 @@ def greedy_counts(g: torch.Tensor, h1: torch.Tensor, impact: torch.Tensor | floa
     """LLG's assignment loop: one sample per class in H1, then repeatedly the argmin of the adjusted sums.
     ``impact`` (< 0) is subtracted from a class's sum each time it receives a sample (scalar or per class)."""
     g = g.clone()
-    impact = torch.as_tensor(impact, dtype=g.dtype).expand_as(g)
+    impact = torch.as_tensor(impact, dtype=g.dtype, device=g.device).expand_as(g)
     if len(h1) > batch:
         h1 = h1[torch.argsort(g[h1], stable=True)[:batch]]
     labels = []

@@ -66,7 +66,7 @@ class LLGPlus(LabelMethod):
         sums, seen = self.calibration(tm, aux, b, session.seed)
         if seen.sum() < 2:
             raise ValueError("llg-plus needs auxiliary samples of at least two classes")
-        offset = torch.stack([sums[seen & (torch.arange(c) != j), j].mean() for j in range(c)])
+        offset = torch.stack([sums[seen & (torch.arange(c, device=seen.device) != j), j].mean() for j in range(c)])
         own = torch.where(seen, sums.diagonal(), torch.nan)
         per_class = (own - offset) / b
         per_class = torch.where(seen, per_class, per_class[seen].mean())  # classes without aux: the mean impact
@@ -74,7 +74,7 @@ class LLGPlus(LabelMethod):
         h1 = torch.nonzero(g < 0).flatten()
         impact = per_class if self.opt("impact") == "per-class" else float(per_class.mean() * (1 + 1 / c))
         labels = greedy_counts(g - offset, h1, impact, b)
-        counts = torch.bincount(torch.tensor(labels), minlength=c)
+        counts = torch.bincount(torch.tensor(labels, dtype=torch.long, device="cpu"), minlength=c)
         raw = ((g - offset) / per_class).clamp_min(0)
         return LabelResult(raw, counts, {"impact": per_class.tolist(), "offset": offset.tolist(), "aux": aux.kind,
                                          "classes_without_aux": torch.nonzero(~seen).flatten().tolist()})
@@ -93,8 +93,8 @@ class LLGPlus(LabelMethod):
             sums, seen = _CALIBRATED[key]
             return sums.clone(), seen.clone()
         gen = torch.Generator().manual_seed(seed)
-        sums = torch.zeros(c, c, dtype=torch.float64)
-        seen = torch.zeros(c, dtype=torch.bool)
+        sums = torch.zeros(c, c, dtype=torch.float64, device="cpu")  # the label algebra runs on the host
+        seen = torch.zeros(c, dtype=torch.bool, device="cpu")
         # a sample's features do not depend on its batch-mates (no train-mode BatchNorm): one pass over the aux set,
         # then each batch's row sums are the mean of its members' (the same batches as batch by batch)
         alone = not tm.train_bn or not (tm.has_batchnorm or random)
@@ -107,9 +107,9 @@ class LLGPlus(LabelMethod):
             pool = torch.nonzero(aux_labels == i).flatten()
             if len(pool) == 0:
                 continue
-            draws = [pool[torch.randint(len(pool), (b,), generator=gen)] for _ in range(repeats)]
+            draws = [pool[torch.randint(len(pool), (b,), generator=gen, device="cpu").to(pool.device)] for _ in range(repeats)]
             if rows is not None and hsum is not None:
-                reps = [rows[idx].mean(0) - hsum[idx].mean() * F.one_hot(torch.tensor(i), c) for idx in draws]
+                reps = [rows[idx].mean(0) - hsum[idx].mean() * F.one_hot(torch.tensor(i, device=rows.device), c) for idx in draws]
             else:
                 reps = [class_rowsums(tm, aux.images[idx], i, aux.normalized) for idx in draws]
             sums[i], seen[i] = torch.stack(reps).mean(0), True

@@ -24,7 +24,7 @@ from fedaudit.threat_model import ThreatModel
 
 def draw_by_class(pools: list[torch.Tensor], classes: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     """One index per entry of ``classes``, drawn uniformly (with replacement) from that class's pool of indices."""
-    return torch.stack([pools[c][torch.randint(len(pools[c]), (1,), generator=gen)][0] for c in classes.tolist()])
+    return torch.stack([pools[c][int(torch.randint(len(pools[c]), (1,), generator=gen, device="cpu"))] for c in classes.tolist()])
 
 
 def _uploaded(tm: ThreatModel, model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -52,7 +52,7 @@ def _client_progress(tm: ThreatModel, batches: list, seed: int, lr: float, momen
     norm2 = sum(float((d ** 2).sum()) for d in change.values())
     if norm2 <= 0:
         return None
-    reached = torch.zeros(len(batches), dtype=torch.float64)
+    reached = torch.zeros(len(batches), dtype=torch.float64, device="cpu")
 
     def project(k: int, model: torch.nn.Module) -> None:
         params = dict(model.named_parameters())
@@ -65,9 +65,10 @@ def _client_progress(tm: ThreatModel, batches: list, seed: int, lr: float, momen
 def _class_mix(pools: list[torch.Tensor], shares: torch.Tensor) -> torch.Tensor:
     """The simulated batches' class weights: ``shares``, clipped at 0, on the classes with aux images (all of those
     evenly where the shares leave none)."""
-    q = torch.tensor([float(shares[c]) if len(p) else 0.0 for c, p in enumerate(pools)], dtype=torch.float64).clamp_min(0)
+    q = torch.tensor([float(shares[c]) if len(p) else 0.0 for c, p in enumerate(pools)], dtype=torch.float64,
+                     device="cpu").clamp_min(0)
     if q.sum() <= 0:
-        q = torch.tensor([1.0 if len(p) else 0.0 for p in pools], dtype=torch.float64)
+        q = torch.tensor([1.0 if len(p) else 0.0 for p in pools], dtype=torch.float64, device="cpu")
     return q
 
 
@@ -80,7 +81,7 @@ def _simulated_clients(tm: ThreatModel, images: torch.Tensor, pools: list[torch.
         classes = torch.multinomial(q, steps * b, replacement=True, generator=gen)
         idx = draw_by_class(pools, classes, gen)
         batches = [(images[idx[k * b:(k + 1) * b]].to(device), classes[k * b:(k + 1) * b].to(device)) for k in range(steps)]
-        yield batches, int(torch.randint(2**62, (1,), generator=gen))
+        yield batches, int(torch.randint(2**62, (1,), generator=gen, device="cpu"))
 
 
 def simulated_progress(tm: ThreatModel, images: torch.Tensor, labels: torch.Tensor, shares: torch.Tensor,
@@ -116,7 +117,7 @@ def simulated_confidence(tm: ThreatModel, images: torch.Tensor, labels: torch.Te
     straight line to the client's final model (RLU ``--trajectory replay``)."""
     momentum, wd = optimizer_terms(tm.meta)
     lr = float(tm.meta.local_lr or 0.0)
-    weights = torch.tensor(momentum_weights(tm.meta.local_steps, momentum), dtype=torch.float64)
+    weights = torch.tensor(momentum_weights(tm.meta.local_steps, momentum), dtype=torch.float64, device="cpu")
     weights = weights / weights.sum()
     pools = [torch.nonzero(labels == c).flatten() for c in range(tm.spec.num_classes)]
     total = None

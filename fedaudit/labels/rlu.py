@@ -66,20 +66,20 @@ from fedaudit.threat_model import ThreatModel
 def class_confidence(z: torch.Tensor, labels: torch.Tensor, mode: str, draws: int, gen: torch.Generator) -> torch.Tensor:
     """S [C, C] (row: output class j, column: true class c) from aux logits ``z`` [N, C] and their labels."""
     c = z.shape[1]
-    s = torch.full((c, c), torch.nan, dtype=torch.float64)
+    s = torch.full((c, c), torch.nan, dtype=torch.float64, device=z.device)
     if mode == "simple":  # released code: mean logits per class, one erroneous logit per row, one softmax
-        m = torch.stack([z[labels == k].mean(0) if (labels == k).any() else torch.full((c,), torch.nan, dtype=z.dtype)
+        m = torch.stack([z[labels == k].mean(0) if (labels == k).any() else torch.full((c,), torch.nan, dtype=z.dtype, device=z.device)
                          for k in range(c)], dim=1)  # m[j, k] = mean logit j over class-k samples
         seen = ~m[0].isnan()
-        erroneous = torch.stack([m[j, seen & (torch.arange(c) != j)].mean() for j in range(c)])
+        erroneous = torch.stack([m[j, seen & (torch.arange(c, device=z.device) != j)].mean() for j in range(c)])
         return torch.softmax(erroneous, 0)[:, None].expand(c, c).clone()
     for k in range(c):
         zk = z[labels == k]
         if len(zk) == 0:
             continue
         if mode == "gaussian" and len(zk) > 1:  # logits ~ N(mu, Sigma); E[softmax] by sampling (ridge keeps Sigma PD)
-            mu, cov = zk.mean(0), torch.cov(zk.T) + 1e-6 * torch.eye(c, dtype=zk.dtype)
-            eps = torch.randn(draws, c, generator=gen, dtype=zk.dtype)
+            mu, cov = zk.mean(0), torch.cov(zk.T) + 1e-6 * torch.eye(c, dtype=zk.dtype, device=zk.device)
+            eps = torch.randn(draws, c, generator=gen, dtype=zk.dtype, device="cpu").to(zk.device)  # drawn on the host
             zk = mu + eps @ torch.linalg.cholesky(cov).T
         s[:, k] = torch.softmax(zk, 1).mean(0)
     missing = s[0].isnan()
@@ -94,8 +94,9 @@ def solve_counts(s: torch.Tensor, observed: torch.Tensor, total: int) -> tuple[t
     import scipy.optimize  # here, not at module level: half a second of every command's start-up (inspect lists rlu)
 
     c = s.shape[0]
-    a = torch.cat([s - torch.eye(c, dtype=torch.float64), torch.ones(1, c, dtype=torch.float64)])
-    b = torch.cat([observed.double(), torch.tensor([float(total)], dtype=torch.float64)])
+    s, observed = s.cpu(), observed.cpu()  # scipy's solver reads host arrays
+    a = torch.cat([s - torch.eye(c, dtype=torch.float64, device="cpu"), torch.ones(1, c, dtype=torch.float64, device="cpu")])
+    b = torch.cat([observed.double(), torch.tensor([float(total)], dtype=torch.float64, device="cpu")])
     n, _ = scipy.optimize.nnls(a.numpy(), b.numpy())
     n_t = torch.from_numpy(np.asarray(n))
     residual = float(torch.linalg.norm(s @ n_t - n_t - observed) / observed.norm().clamp_min(1e-30))
@@ -132,7 +133,7 @@ class RLU(LabelMethod):
         gen = torch.Generator().manual_seed(session.seed)
         observed = total * tm.output_grad("bias").double().cpu()  # N g_hat_b
         momentum, _ = optimizer_terms(tm.meta)
-        weights = torch.tensor(momentum_weights(steps, momentum), dtype=torch.float64)
+        weights = torch.tensor(momentum_weights(steps, momentum), dtype=torch.float64, device="cpu")
         weights = weights / weights.sum()
         trajectory = self.opt("trajectory") if steps > 1 else "global"
         if trajectory in ("progress", "interpolate", "replay", "endpoints") and tm.meta.kind == "gradient":
@@ -214,10 +215,10 @@ class RLU(LabelMethod):
         for _ in range(self.opt("refine")):
             advance(rounds, self.opt("refine"))
             rounds += 1
-            present = torch.tensor([len(p) > 0 for p in pools]) & (n > 0)
+            present = torch.tensor([len(p) > 0 for p in pools], device=n.device) & (n > 0)
             q = torch.where(present, n, torch.zeros_like(n))
             q = q / q.sum() if q.sum() > 0 else present.double() / present.sum()
-            acc = torch.zeros(c, c, dtype=torch.float64)
+            acc = torch.zeros(c, c, dtype=torch.float64, device="cpu")
             for _ in range(self.opt("simulations")):
                 wt, bt = w0.clone(), b0.clone()
                 bw, bb = torch.zeros_like(wt), torch.zeros_like(bt)

@@ -61,7 +61,7 @@ class _Split:
         self.logits = w @ self.v  # C x B
         self.su = self.s[:, None] * self.u.T  # B x C
         self.b, self.c, self.lower, self.upper = b, g.shape[0], lower, upper
-        self.eye = torch.eye(self.c, dtype=g.dtype)
+        self.eye = torch.eye(self.c, dtype=g.dtype, device=g.device)
 
     def affine(self, a: torch.Tensor) -> torch.Tensor:
         return affine_rows(a, self.last)
@@ -148,13 +148,13 @@ class SampleSplit(LabelMethod):
         split = _Split(g, w, b, lower, upper)
         if float(split.last.norm()) < 1e-12:
             raise NotApplicable("sample-split: the bias gradient is not in the update's row space")
-        ht = torch.cat([h, torch.ones(len(h), 1, dtype=h.dtype)], 1)
+        ht = torch.cat([h, torch.ones(len(h), 1, dtype=h.dtype, device=h.device)], 1)
         proj = ht @ split.v  # aux features in the row space's coordinates
         near = (ht - proj @ split.v.T).norm(dim=1) / ht.norm(dim=1)
         gen = torch.Generator().manual_seed(session.seed)
 
         # (a) the first fit, from random aux features
-        starts = proj[torch.randint(len(proj), (self.opt("restarts"), b), generator=gen)]
+        starts = proj[torch.randint(len(proj), (self.opt("restarts"), b), generator=gen, device="cpu").to(proj.device)]
         a = split.fit(split.affine(starts), self.opt("steps"), LR)
         loss, q = split.loss(a)
         best = int(loss.argmin())

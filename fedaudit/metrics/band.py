@@ -72,8 +72,8 @@ def beyond_chance(k: int, n: int, k_null: int, chance: float) -> float:
 def _draws(n: int, seed: int) -> torch.Tensor:
     """Bootstrap resamples of n images: [DRAWS, n] indices (the identity alone when n = 1)."""
     if n <= 1:
-        return torch.zeros(1, max(n, 1), dtype=torch.long)
-    return torch.randint(n, (DRAWS, n), generator=torch.Generator().manual_seed(seed))
+        return torch.zeros(1, max(n, 1), dtype=torch.long, device="cpu")
+    return torch.randint(n, (DRAWS, n), generator=torch.Generator().manual_seed(seed), device="cpu")
 
 
 def mean_interval(values: torch.Tensor | None, seed: int = 0) -> list[float] | None:
@@ -81,7 +81,8 @@ def mean_interval(values: torch.Tensor | None, seed: int = 0) -> list[float] | N
     if values is None or values.numel() == 0:
         return None
     means = values.double()[_draws(values.numel(), seed)].mean(1)
-    lo, hi = torch.quantile(means, torch.tensor([(1 - LEVEL) / 2, (1 + LEVEL) / 2], dtype=torch.float64)).tolist()
+    lo, hi = torch.quantile(means, torch.tensor([(1 - LEVEL) / 2, (1 + LEVEL) / 2], dtype=torch.float64,
+                                              device=means.device)).tolist()
     return [float(lo), float(hi)]
 
 
@@ -103,7 +104,7 @@ def measured_band(psnr: torch.Tensor, floor: torch.Tensor, ident: dict[str, Any]
     p, f = psnr.double(), floor.double()
     idx = _draws(n, seed)
     draw_p, draw_f = p[idx].mean(1), f[idx].mean(1)
-    levels = torch.tensor([BANDS.index(psnr_band(float(a), float(b))) for a, b in zip(draw_p, draw_f)])
+    levels = torch.tensor([BANDS.index(psnr_band(float(a), float(b))) for a, b in zip(draw_p, draw_f)], device="cpu")
     mean_p, mean_f = float(p.mean()), float(f.mean())
     psnr_part = {"band": psnr_band(mean_p, mean_f), "lower": _quantile_level(levels, (1 - LEVEL) / 2),
                  "upper": _quantile_level(levels, (1 + LEVEL) / 2), "mean_psnr": mean_p, "mean_floor": mean_f,

@@ -31,8 +31,8 @@ def _stats(values: torch.Tensor | None, seed: int = 0) -> dict[str, Any] | None:
 
 def _best_match_summary(recon: torch.Tensor, truth: torch.Tensor) -> dict[str, Any]:
     pairs = best_match(recon, truth)
-    a = recon[torch.tensor([r for _, r in pairs])].float().cpu()
-    b = truth[torch.tensor([t for t, _ in pairs])].float().cpu()
+    a = recon[torch.tensor([r for _, r in pairs], device=recon.device)].float().cpu()
+    b = truth[torch.tensor([t for t, _ in pairs], device=truth.device)].float().cpu()
     return {"psnr": _stats(psnr(a, b)), "ssim": _stats(ssim_mod.ssim(a, b)),
             "distinct_reconstructions": len({r for _, r in pairs})}
 
@@ -44,9 +44,9 @@ def evaluate_images(recon: torch.Tensor, truth: torch.Tensor, lpips_net: str = "
     PSNR against the blank floor and identification against its nulls (``init``: the attack's starting images,
     one of the nulls; ``seed``: the bootstrap's)."""
     pairs = match(recon, truth)
-    t_idx = torch.tensor([t for t, _ in pairs])
-    r_idx = torch.tensor([r for _, r in pairs])
-    a, b = recon[r_idx].float().cpu(), truth[t_idx].float().cpu()
+    t_idx = torch.tensor([t for t, _ in pairs], device="cpu")
+    r_idx = torch.tensor([r for _, r in pairs], device="cpu")
+    a, b = recon[r_idx.to(recon.device)].float().cpu(), truth[t_idx.to(truth.device)].float().cpu()
     p, s = psnr(a, b), ssim_mod.ssim(a, b)
     lp_model = load_lpips(lpips_net, lpips_weights)
     lp = lpips_distance(lp_model, a, b)

@@ -17,7 +17,7 @@ def feature_recovery(recovered: torch.Tensor, true: torch.Tensor, rec_labels: li
     a, b = recovered.detach().double().cpu().flatten(1), true.detach().double().cpu().flatten(1)
     cost = torch.cdist(b, a)
     if rec_labels is not None and true_labels is not None:
-        same = torch.tensor(true_labels).view(-1, 1) == torch.tensor(rec_labels).view(1, -1)
+        same = torch.tensor(true_labels, device="cpu").view(-1, 1) == torch.tensor(rec_labels, device="cpu").view(1, -1)
         cost = torch.where(same, cost, torch.full_like(cost, FORBIDDEN))
     rows, cols = linear_sum_assignment(cost.numpy())
     rel = [(a[c] - b[r]).norm() / b[r].norm().clamp_min(1e-300) for r, c in zip(rows, cols)]

@@ -69,7 +69,7 @@ def _distractors(net: str, weights: str | None, n: int, shape: tuple[int, ...]) 
 def _not_in_batch(distractors: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
     """Mask of the distractors that are none of the batch's originals: a public image can be a victim too (a
     batch of CIFAR-100 test images), and a copy of the original among the distractors would compete with it."""
-    keep = torch.ones(len(distractors), dtype=torch.bool)
+    keep = torch.ones(len(distractors), dtype=torch.bool, device=distractors.device)
     for original in truth:  # one original at a time: a [n, B, C, H, W] difference would be GBs at 224 px
         keep &= (distractors - original).abs().flatten(1).amax(1) > SAME
     return keep
@@ -112,7 +112,7 @@ def identify(recon: torch.Tensor, truth: torch.Tensor, pairs: list[tuple[int, in
     # are prepared once): the reconstruction, its four one-pixel shifts, the blank control (a constant image's LPIPS
     # to each original, the lower of black and mid-gray), and the initialisation and batch-mean nulls
     queries = {"recon": x, **{f"moved{i}": shifted(x, dx, dy) for i, (dx, dy) in enumerate(SHIFTS)},
-               "blank": torch.stack([torch.full(truth.shape[1:], v) for v in (0.0, 0.5)])}
+               "blank": torch.stack([torch.full(truth.shape[1:], v, device="cpu") for v in (0.0, 0.5)])}
     if init is not None and init.shape == recon.shape:
         queries["initialisation"] = init.float().cpu()
     if truth.shape[0] >= 2:

@@ -27,7 +27,7 @@ def uniform_floor(true_counts: torch.Tensor) -> dict[str, float | str]:
         raise ValueError("the true counts hold no samples")
     q, r = divmod(n, c)
     # a class gets q, or q + 1 with probability r / c; the extra sample overlaps where the class has more than q
-    overlap = float(torch.minimum(t, torch.tensor(q)).sum()) + r / c * float((t > q).sum())
+    overlap = float(torch.minimum(t, torch.tensor(q, device=t.device)).sum()) + r / c * float((t > q).sum())
     # with q >= 1 every class is guessed present; with q = 0 only the r drawn ones, each present class hit w.p. r / c
     cls = 1.0 if q >= 1 else r / c
     return {"InsAcc": overlap / n, "ClsAcc": cls, "method": METHOD}

@@ -160,7 +160,7 @@ def lpips_pairwise(lp: LpipsModel, a: torch.Tensor | list[torch.Tensor], b: torc
     model: Any = lp.model
     fa = a if isinstance(a, list) else lpips_features(lp, a)
     fb = b if isinstance(b, list) else lpips_features(lp, b)
-    total = torch.zeros(fa[0].shape[0], fb[0].shape[0], dtype=torch.float64)
+    total = torch.zeros(fa[0].shape[0], fb[0].shape[0], dtype=torch.float64, device=fa[0].device)
     for layer, (x, y) in enumerate(zip(fa, fb)):
         w = model.lins[layer].model[-1].weight.detach().flatten().double()  # the 1x1 head, [C]
         x, y = x.double(), y.double()

@@ -35,4 +35,4 @@ def ssim(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
                               use_sample_covariance=False, K1=0.01, K2=0.03)
         for ai, bi in zip(a, b)
     ]
-    return torch.tensor(np.array(vals, dtype=np.float64), dtype=torch.float32)
+    return torch.tensor(np.array(vals, dtype=np.float64), dtype=torch.float32, device="cpu")

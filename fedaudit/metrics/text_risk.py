@@ -53,7 +53,7 @@ def measured_text_band(rouge1: list[float], exact: list[float], seed: int = 0) -
     mean = sum(rouge1) / n if n else 0.0
     k = int(sum(exact))
     rate = k / n if n else 0.0
-    lo_r, hi_r = mean_interval(torch.tensor(rouge1, dtype=torch.float64), seed) or [0.0, 0.0]
+    lo_r, hi_r = mean_interval(torch.tensor(rouge1, dtype=torch.float64, device="cpu"), seed) or [0.0, 0.0]
     lo_e, hi_e = wilson(k, n)
     point = worst_band([rouge_band(mean), exact_band(rate)]) or "low"
     lower = worst_band([rouge_band(lo_r), exact_band(lo_e if k else 0.0)]) or "low"

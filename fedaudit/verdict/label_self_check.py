@@ -116,9 +116,9 @@ def self_check(tm: ThreatModel, session: Session, method: str, options: dict[str
             seed = 1_000_003 * session.seed + 7919 * (kind == "even") + i + 1
             g = torch.Generator().manual_seed(seed)
             if kind == "reading":
-                labels = torch.repeat_interleave(torch.arange(c), reading)[torch.randperm(total, generator=g)]
+                labels = torch.repeat_interleave(torch.arange(c, device="cpu"), reading.cpu())[torch.randperm(total, generator=g, device="cpu")]
             else:  # a random client over the classes the aux set can simulate
-                labels = simulable[torch.randint(len(simulable), (total,), generator=g)]
+                labels = simulable[torch.randint(len(simulable), (total,), generator=g, device="cpu").to(simulable.device)]
             t0 = time.perf_counter()
             try:
                 sim, _ = simulated_client(tm, session, aux.images[_draw(labels, pools, g)], labels, cfg, chain, seed)
@@ -177,11 +177,12 @@ def even_overlap(counts: torch.Tensor) -> float:
 def _draw(labels: torch.Tensor, pools: list[torch.Tensor], g: torch.Generator) -> torch.Tensor:
     """Aux indices for ``labels``: each class's pool in a random order, cycled where the class needs more (every
     class drawn has aux images, and the victims' half of a class is never empty: ``split_aux``)."""
-    pick = torch.empty(len(labels), dtype=torch.long)
+    pick = torch.empty(len(labels), dtype=torch.long, device="cpu")
     for k in range(len(pools)):
         where = torch.nonzero(labels == k).flatten()
         if len(where):
             pool = pools[k]
             rounds = -(-len(where) // len(pool))
-            pick[where] = torch.cat([pool[torch.randperm(len(pool), generator=g)] for _ in range(rounds)])[:len(where)]
+            pick[where] = torch.cat([pool[torch.randperm(len(pool), generator=g, device="cpu").to(pool.device)]
+                                     for _ in range(rounds)])[:len(where)].cpu()
     return pick

@@ -56,7 +56,7 @@ def even_split_overlap(counts: torch.Tensor) -> float | None:
 def _others(tm: ThreatModel, session: Session, method: str, result: LabelResult) -> dict[str, torch.Tensor]:
     cands = result.diagnostics.get("candidates")
     if cands:
-        return {c["method"]: torch.tensor(c["counts"]) for c in cands}
+        return {c["method"]: torch.tensor(c["counts"], device="cpu") for c in cands}
     out: dict[str, torch.Tensor] = {}
     # one set of dummies for every method without aux: their output-layer pass is then shared (labels/features.py)
     dummied = session.replace(aux=Aux.dummies(tm.spec, DUMMIES, session.seed)) if session.aux is None else session

@@ -54,7 +54,7 @@ def explained(engine: GradientEngine, images: torch.Tensor, labels: torch.Tensor
     d, d_layer = gradient_distances(engine, images, labels)
     blanks = {name: gradient_distances(engine, torch.full_like(images, v), labels) for name, v in (("black", 0.0), ("gray", 0.5))}
     gen = torch.Generator().manual_seed(seed)
-    rand = [gradient_distances(engine, torch.rand(images.shape, generator=gen), labels) for _ in range(RANDOM_DRAWS)]
+    rand = [gradient_distances(engine, torch.rand(images.shape, generator=gen, device="cpu"), labels) for _ in range(RANDOM_DRAWS)]
     d_blank = min(v[1] for v in blanks.values())
     d_rand = sum(v[1] for v in rand) / len(rand)
     return {"distance": d, "layer_distance": d_layer, "blank_distance": d_blank,
@@ -90,7 +90,7 @@ def restart_agreement(best: torch.Tensor, others: list[torch.Tensor], lpips_mode
 def naturalness(images: torch.Tensor, seed: int = 0) -> dict[str, float]:
     """Total variation of the result per image (mean) beside that of uniform noise of the same shape."""
     gen = torch.Generator().manual_seed(seed)
-    noise = torch.rand(images.shape, generator=gen)
+    noise = torch.rand(images.shape, generator=gen, device="cpu")
     x = images.float().cpu()
     return {"tv": float(total_variation(x)), "tv_noise": float(total_variation(noise)),
             "contrast": float(x.flatten(1).std(1).mean())}
@@ -104,8 +104,8 @@ def data_prior(images: torch.Tensor, mean: tuple[float, ...], std: tuple[float, 
     more than chance agreement with the data's statistics."""
     x = images.double().cpu()
     c = x.shape[1]
-    m = torch.tensor((list(mean) * c)[:c] if len(mean) == 1 else list(mean), dtype=torch.float64).view(1, -1, 1, 1)
-    s = torch.tensor((list(std) * c)[:c] if len(std) == 1 else list(std), dtype=torch.float64).view(1, -1, 1, 1)
+    m = torch.tensor((list(mean) * c)[:c] if len(mean) == 1 else list(mean), dtype=torch.float64, device="cpu").view(1, -1, 1, 1)
+    s = torch.tensor((list(std) * c)[:c] if len(std) == 1 else list(std), dtype=torch.float64, device="cpu").view(1, -1, 1, 1)
     floor_mse = float((s ** 2 + torch.minimum(m ** 2, (m - 0.5) ** 2)).mean())
     unrelated_mse = float(((x - m) ** 2 + s ** 2).mean())
     return {"floor": -10 * math.log10(floor_mse), "unrelated": -10 * math.log10(unrelated_mse)}
@@ -115,7 +115,7 @@ def reconstruction_evidence(engine: GradientEngine, images: torch.Tensor, labels
                             restart_images: dict[int, torch.Tensor], best_restart: int, seed: int = 0,
                             lpips_net: str | None = None, lpips_weights: str | None = None) -> dict[str, Any]:
     """Everything above for one finished run (``images``: the best restart's, in [0,1])."""
-    y = torch.as_tensor(labels, dtype=torch.long)
+    y = torch.as_tensor(labels, dtype=torch.long, device="cpu")
     if images.shape[0] != len(y):
         return {"reason": f"{images.shape[0]} images for {len(y)} labels: no gradient to compare"}
     others = [v for k, v in sorted(restart_images.items()) if k != best_restart]

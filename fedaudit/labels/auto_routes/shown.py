@@ -98,7 +98,7 @@ def _bn_reading(result: LabelResult, notes: dict) -> torch.Tensor | None:
         or candidate_counts(result, "bn-count")
     if counts is None and d.get("chosen") == "bn-count":
         return result.counts_int.clone()
-    return None if counts is None else torch.tensor(counts)
+    return None if counts is None else torch.tensor(counts, device="cpu")
 
 
 def by_shown_on_delta(tm: ThreatModel, session: Session, result: LabelResult, notes: dict,
@@ -163,7 +163,7 @@ def _shown_mean_partner(tm: ThreatModel, session: Session, result: LabelResult) 
     where it does not apply)."""
     ran = candidate_counts(result, "bias-count")
     if ran is not None:
-        return torch.tensor(ran)
+        return torch.tensor(ran, device="cpu")
     runs, _ = run_each(tm, session, ("bias-count",))
     return runs[0][1].counts_int.clone() if runs else None
 
