@@ -32,8 +32,8 @@ class Aux:
     def dummies(cls, spec: ModelSpec, n: int, seed: int) -> Aux:
         """N(0,1) inputs in the network's (normalised) input space, labelled round-robin by class."""
         g = torch.Generator().manual_seed(seed)
-        x = torch.randn(n, *spec.input_shape, generator=g)
-        return cls(x, torch.arange(n) % spec.num_classes, "dummy", normalized=True)
+        x = torch.randn(n, *spec.input_shape, generator=g, device="cpu")  # on the host, as aux images are
+        return cls(x, torch.arange(n, device="cpu") % spec.num_classes, "dummy", normalized=True)
 
     def describe(self) -> dict:
         return {"kind": self.kind, "count": int(self.images.shape[0]), "labelled": self.labels is not None}

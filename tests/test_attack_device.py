@@ -66,3 +66,66 @@ def test_stacked_proxies_leave_no_tensor_unplaced():
         placed = run()
     assert sorted(placed.results) == sorted(plain.results) == [0, 1] and placed.batches == plain.batches
     assert all(torch.equal(plain.results[i].images, placed.results[i].images) for i in plain.results)
+
+
+def _timeless(doc):
+    """A document without its timings (the two runs take different times)."""
+    if isinstance(doc, dict):
+        return {k: _timeless(v) for k, v in doc.items() if k not in ("timings", "seconds", "timing_s", "created_at")
+                and not k.endswith("_seconds") and k != "seconds_per_iteration"}
+    if isinstance(doc, list):
+        return [_timeless(v) for v in doc]
+    return doc
+
+
+@pytest.mark.slow
+def test_a_whole_run_with_its_labels_proxies_and_metrics_leaves_no_tensor_unplaced():
+    """``reconstruct`` end to end (labels by auto, one proxy batch captured and attacked, the metrics against the
+    truth, the verdict): the same report with a meta default device."""
+    session = Session(seed=0, quiet=True)
+    tm, truth = load_sample("lenet_b4", session)
+
+    def run():
+        torch.manual_seed(0)
+        return ReconstructJob(session, tm, "ig", None, {"iterations": 3}, proxies=1).run(truth).report.to_json()
+
+    plain = run()
+    with torch.device("meta"):
+        placed = run()
+    assert _timeless(placed) == _timeless(plain)
+    assert plain["metrics"]["risk_band"] and plain["evidence"]["proxies"]["measured"]
+
+
+@pytest.mark.parametrize("chain", [[("dp", {"sigma": 0.01, "noise": "laplace"})], [("prune", None)],
+                                   [("quantize", None)], [("soteria", None)]])
+def test_the_defenses_leave_no_tensor_unplaced(chain):
+    """Soteria recomputes the batch's representation through the model: the batch moves to the model's device."""
+    from fedaudit.jobs.defend import DefendJob
+
+    session = Session(seed=0, quiet=True)
+    tm, truth = load_sample("lenet_b4", session)
+
+    def run():
+        job = DefendJob(session, tm, chain, batch=truth)
+        return job.defended_threat_model(job.run()).gradient
+
+    plain = run()
+    with torch.device("meta"):
+        placed = run()
+    assert plain.keys() == placed.keys() and all(torch.equal(plain[k], placed[k]) for k in plain)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_soteria_on_cuda_prunes_what_it_prunes_on_the_cpu():
+    """The batch is moved to the model's device (it met a CUDA model on the host before)."""
+    from fedaudit.jobs.defend import DefendJob
+
+    pruned = {}
+    for device in ("cpu", "cuda"):
+        session = Session.create(device=device, seed=0, quiet=True)
+        tm, truth = load_sample("lenet_b4", session)
+        job = DefendJob(session, tm, [("soteria", None)], batch=truth)
+        g = job.defended_threat_model(job.run()).gradient[f"{tm.final_layer}.weight"].cpu()
+        pruned[device] = (g == 0).all(0)
+    assert torch.equal(pruned["cpu"], pruned["cuda"])

@@ -50,7 +50,7 @@ def foolbox_samples(dataset: str) -> tuple[torch.Tensor, torch.Tensor, list[str]
     files = sorted(folder.glob(f"{dataset}_*.png"))
     if len(files) != 20:
         raise InputError(f"expected 20 {dataset} images in {folder}, found {len(files)}")
-    labels = torch.tensor([int(f.stem.rsplit("_", 1)[1]) for f in files])
+    labels = torch.tensor([int(f.stem.rsplit("_", 1)[1]) for f in files], device="cpu")
     return torch.stack([_png_rgb(f) for f in files]), labels, [f.name for f in files]
 
 
@@ -70,7 +70,7 @@ def imagenet_samples(size: int) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
             left, top = (img.width - side) // 2, (img.height - side) // 2
             img = img.crop((left, top, left + side, top + side)).resize((size, size), Image.Resampling.LANCZOS)
             images.append(torch.from_numpy(np.asarray(img, dtype=np.float32) / 255.0).permute(2, 0, 1))
-    labels = torch.tensor([int(f.stem.rsplit("_", 1)[1]) for f in files])
+    labels = torch.tensor([int(f.stem.rsplit("_", 1)[1]) for f in files], device="cpu")
     return torch.stack(images), labels, [f.name for f in files]
 
 

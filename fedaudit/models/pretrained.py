@@ -102,7 +102,8 @@ def _set_bn_from_public_images(model: nn.Module) -> str:
         cast(torch.Tensor, bn.running_var).fill_(1 - bn.eps)
     size = int(getattr(model, "input_size"))  # noqa: B009 - set by PretrainedBackbone
     images = natural_patches(STAT_IMAGES, size, seed=12345)
-    x = (images - torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1)) / torch.tensor(IMAGENET_STD).view(1, 3, 1, 1)
+    x = (images - torch.tensor(IMAGENET_MEAN, device=images.device).view(1, 3, 1, 1)) \
+        / torch.tensor(IMAGENET_STD, device=images.device).view(1, 3, 1, 1)
     sums: dict[int, list[torch.Tensor]] = {k: [] for k in range(len(bns))}
     hooks = [bn.register_forward_hook(lambda m, i, o, k=k: sums[k].append(i[0].detach().transpose(0, 1).flatten(1)))
              for k, bn in enumerate(bns)]
