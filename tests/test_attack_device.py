@@ -129,3 +129,24 @@ def test_soteria_on_cuda_prunes_what_it_prunes_on_the_cpu():
         g = job.defended_threat_model(job.run()).gradient[f"{tm.final_layer}.weight"].cpu()
         pruned[device] = (g == 0).all(0)
     assert torch.equal(pruned["cpu"], pruned["cuda"])
+
+
+@pytest.mark.parametrize("recipe", [{"batch_size": 4, "bn_mode": "eval"},
+                                    {"batch_size": 2, "local_steps": 2, "lr": 0.01, "kind": "delta", "momentum": 0.9}])
+def test_a_clients_capture_leaves_no_tensor_unplaced(recipe):
+    """``capture`` (and every proxy batch, captured with the update's recipe): a gradient, and a BN model's delta."""
+    from fedaudit.client.capture import CaptureConfig, capture_update
+
+    session = Session(seed=0, quiet=True)
+    tm, truth = load_sample("resnet10_b4", session)
+
+    def run():
+        torch.manual_seed(0)
+        return capture_update(tm.model, tm.spec, truth.images, truth.labels, CaptureConfig(**recipe))
+
+    plain = run()
+    with torch.device("meta"):
+        placed = run()
+    assert plain.tensors.keys() == placed.tensors.keys()
+    assert all(torch.equal(plain.tensors[k], placed.tensors[k]) for k in plain.tensors)
+    assert placed.step.tolist() == plain.step.tolist()  # each image's local batch (the truth file keeps it)
