@@ -38,7 +38,6 @@ benchmarks/results/text_leakage.jsonl.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import random
@@ -143,7 +142,7 @@ def run(width: int, layers: int, heads: int, b: int, t: int, seed: int, tokenize
     if device != "cpu":
         ckpt.model.to(device)
         grads = {k: v.to(device) for k, v in grads.items()}
-        local = dataclasses.replace(local, change={k: v.to(device) for k, v in local.change.items()}) if local else None
+        local = local.on(device) if local else None
     options: dict = {"steps": steps} if steps and attack != "dager" else {}
     if steps_at and attack == "dager":
         options["steps-at"] = steps_at

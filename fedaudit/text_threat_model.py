@@ -38,6 +38,10 @@ class LocalRound:
         momentum, wd = optimizer_terms(meta)
         return cls(meta.local_steps, float(meta.local_lr or 0.0), momentum, wd, meta.num_examples, change)
 
+    def on(self, device: torch.device | str) -> LocalRound:
+        """The round with its change on ``device``."""
+        return dataclasses.replace(self, change={k: v.to(device) for k, v in self.change.items()})
+
     def rows(self, weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The change without its weight decay, in float64: what holds the steps' inputs in its rows (weight decay
         adds a multiple of the whole weight matrix, of full rank). Heavy-ball SGD with weight decay is linear in the
@@ -76,7 +80,7 @@ class TextThreatModel:
         self.checkpoint.model.to(device)
         self.gradient = {k: v.to(device) for k, v in self.gradient.items()}
         if self.local is not None:
-            self.local = dataclasses.replace(self.local, change={k: v.to(device) for k, v in self.local.change.items()})
+            self.local = self.local.on(device)
         return self
 
     @property

@@ -149,3 +149,27 @@ def assert_regenerated(new: Path, old: Path, tolerance: float = 1e-5) -> None:
     assert {k: v for k, v in tmeta_a.items() if k != "fedaudit.update_sha256"} == \
         {k: v for k, v in tmeta_b.items() if k != "fedaudit.update_sha256"}
     assert ta.keys() == tb.keys() and all(torch.equal(ta[k], tb[k]) for k in ta)
+
+
+def plain_and_placed(run):
+    """``run()``'s result, then its result with PyTorch's default device set to ``meta`` (a device that holds shapes
+    only): a tensor the run makes without saying where lands there and fails against the CPU's, as on a GPU it would
+    land on the CPU beside the model's CUDA tensors (tests/test_*_device.py)."""
+    plain = run()
+    with torch.device("meta"):
+        return plain, run()
+
+
+def same_tensors(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    """The same names and, for each, the same values."""
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def timeless(doc):
+    """A JSON document without its timings and creation time (two runs of the same work take different times)."""
+    if isinstance(doc, dict):
+        return {k: timeless(v) for k, v in doc.items() if k not in ("timings", "seconds", "timing_s", "created_at")
+                and not k.endswith("_seconds") and k != "seconds_per_iteration"}
+    if isinstance(doc, list):
+        return [timeless(v) for v in doc]
+    return doc

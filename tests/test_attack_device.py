@@ -15,7 +15,7 @@ import torch
 from fedaudit.attacks import stacked_targets
 from fedaudit.jobs import ReconstructJob, Session
 
-from .helpers import load_sample
+from .helpers import load_sample, plain_and_placed, same_tensors, timeless
 
 
 def _both(name: str, attack: str, restarts: int = 1, options: dict | None = None):
@@ -29,9 +29,7 @@ def _both(name: str, attack: str, restarts: int = 1, options: dict | None = None
                              given_labels=labels, proxies=0)
         return job.optimize(job.build(labels), labels)
 
-    plain = run()
-    with torch.device("meta"):
-        placed = run()
+    plain, placed = plain_and_placed(run)
     assert torch.equal(placed.images, plain.images) and placed.distance == plain.distance
     return plain
 
@@ -61,21 +59,9 @@ def test_stacked_proxies_leave_no_tensor_unplaced():
         attacks = [job.build(labels), job.build(labels)]
         return stacked_targets.optimize_stacked(attacks, job.loop_config(labels))
 
-    plain = run()
-    with torch.device("meta"):
-        placed = run()
+    plain, placed = plain_and_placed(run)
     assert sorted(placed.results) == sorted(plain.results) == [0, 1] and placed.batches == plain.batches
     assert all(torch.equal(plain.results[i].images, placed.results[i].images) for i in plain.results)
-
-
-def _timeless(doc):
-    """A document without its timings (the two runs take different times)."""
-    if isinstance(doc, dict):
-        return {k: _timeless(v) for k, v in doc.items() if k not in ("timings", "seconds", "timing_s", "created_at")
-                and not k.endswith("_seconds") and k != "seconds_per_iteration"}
-    if isinstance(doc, list):
-        return [_timeless(v) for v in doc]
-    return doc
 
 
 @pytest.mark.slow
@@ -89,10 +75,8 @@ def test_a_whole_run_with_its_labels_proxies_and_metrics_leaves_no_tensor_unplac
         torch.manual_seed(0)
         return ReconstructJob(session, tm, "ig", None, {"iterations": 3}, proxies=1).run(truth).report.to_json()
 
-    plain = run()
-    with torch.device("meta"):
-        placed = run()
-    assert _timeless(placed) == _timeless(plain)
+    plain, placed = plain_and_placed(run)
+    assert timeless(placed) == timeless(plain)
     assert plain["metrics"]["risk_band"] and plain["evidence"]["proxies"]["measured"]
 
 
@@ -109,10 +93,8 @@ def test_the_defenses_leave_no_tensor_unplaced(chain):
         job = DefendJob(session, tm, chain, batch=truth)
         return job.defended_threat_model(job.run()).gradient
 
-    plain = run()
-    with torch.device("meta"):
-        placed = run()
-    assert plain.keys() == placed.keys() and all(torch.equal(plain[k], placed[k]) for k in plain)
+    plain, placed = plain_and_placed(run)
+    assert same_tensors(plain, placed)
 
 
 @pytest.mark.cuda
@@ -144,9 +126,6 @@ def test_a_clients_capture_leaves_no_tensor_unplaced(recipe):
         torch.manual_seed(0)
         return capture_update(tm.model, tm.spec, truth.images, truth.labels, CaptureConfig(**recipe))
 
-    plain = run()
-    with torch.device("meta"):
-        placed = run()
-    assert plain.tensors.keys() == placed.tensors.keys()
-    assert all(torch.equal(plain.tensors[k], placed.tensors[k]) for k in plain.tensors)
+    plain, placed = plain_and_placed(run)
+    assert same_tensors(plain.tensors, placed.tensors)
     assert placed.step.tolist() == plain.step.tolist()  # each image's local batch (the truth file keeps it)

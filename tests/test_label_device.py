@@ -14,17 +14,7 @@ import torch
 from fedaudit.jobs.labels import LabelJob
 from fedaudit.session import AuxSource, Session
 
-from .helpers import sample
-
-
-def _timeless(doc):
-    """A result without its timings (the two runs take different times)."""
-    if isinstance(doc, dict):
-        return {k: _timeless(v) for k, v in doc.items() if k not in ("seconds", "timing_s")}
-    if isinstance(doc, list):
-        return [_timeless(v) for v in doc]
-    return doc
-
+from .helpers import plain_and_placed, sample, timeless
 
 SHORT = {"sample-split": {"restarts": 4, "steps": 100, "rounds": 1, "refine-steps": 50}}  # its fit, shortened
 
@@ -39,10 +29,8 @@ def _both(name: str, methods: list[str], self_check: int = 0) -> dict[str, list[
             torch.manual_seed(0)
             return LabelJob(session, tm, method, SHORT.get(method), self_check=self_check).run()
 
-        plain = run()
-        with torch.device("meta"):
-            placed = run()
-        assert _timeless(placed) == _timeless(plain), method  # the labels, the evidence, the self-check's clients
+        plain, placed = plain_and_placed(run)
+        assert timeless(placed) == timeless(plain), method  # the labels, the evidence, the self-check's clients
         read[method] = plain["labels"]
     return read
 

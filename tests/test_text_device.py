@@ -26,7 +26,7 @@ from fedaudit.labels.text_classes import classifier_classes  # noqa: E402
 from fedaudit.models.text_tiny import bert, llama, train_wordpiece  # noqa: E402
 from fedaudit.text_threat_model import load_text_threat_model  # noqa: E402
 
-from .helpers import TEXT_LINES, text_adapter  # noqa: E402
+from .helpers import TEXT_LINES, plain_and_placed, same_tensors, text_adapter  # noqa: E402
 
 
 def _threat_model(folder, tmp_path, lines, b=4, k=1, lr=None, base=None):
@@ -47,9 +47,7 @@ def _both(tm, attack, **options):
             labels, _ = classifier_classes(tm.checkpoint, tm.gradient, tm.batch_size)
         return method.run(tm.checkpoint, tm.gradient, tm.batch_size, tm.meta.local_steps, tm.local, labels)
 
-    plain = run()
-    with torch.device("meta"):
-        placed = run()
+    plain, placed = plain_and_placed(run)
     assert placed.sequences == plain.sequences and placed.exact == plain.exact
     return plain
 
@@ -94,11 +92,8 @@ def test_a_text_capture_makes_every_tensor_on_its_models_device(tiny, b, k, lr):
     from fedaudit.io.text_checkpoint import load_text_checkpoint
 
     ckpt = load_text_checkpoint(tiny)
-    plain = capture_text_update(ckpt, TEXT_LINES, b, k, lr, max_length=10)
-    with torch.device("meta"):
-        placed = capture_text_update(ckpt, TEXT_LINES, b, k, lr, max_length=10)
-    assert placed.tensors.keys() == plain.tensors.keys()
-    assert all(torch.equal(placed.tensors[n], plain.tensors[n]) for n in plain.tensors)
+    plain, placed = plain_and_placed(lambda: capture_text_update(ckpt, TEXT_LINES, b, k, lr, max_length=10))
+    assert same_tensors(plain.tensors, placed.tensors)
 
 
 def test_cuda_without_a_gpu_is_one_line_and_exit_2(cli, tiny, tmp_path):

@@ -17,12 +17,7 @@ from fedaudit.io.files import write_safetensors
 from fedaudit.models.registry import final_linear
 from fedaudit.models.train_inverter import InverterTraining, train_inverter
 
-from .helpers import assert_one_error_line
-
-
-def _same(a: torch.nn.Module, b: torch.nn.Module) -> bool:
-    sa, sb = a.state_dict(), b.state_dict()
-    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+from .helpers import assert_one_error_line, plain_and_placed, same_tensors
 
 
 def test_the_inverters_training_leaves_no_tensor_unplaced(cifar):
@@ -33,20 +28,16 @@ def test_the_inverters_training_leaves_no_tensor_unplaced(cifar):
     torch.manual_seed(0)
     model = build_model(spec).eval()
     cfg = InverterTraining(epochs=1, batch_size=8, width=4)
-    plain, info = train_inverter(model, spec, final_linear(model), x[:20], cfg)
-    with torch.device("meta"):
-        placed, again = train_inverter(model, spec, final_linear(model), x[:20], cfg)
-    assert _same(plain, placed) and again["train_mse"] == info["train_mse"]
+    (plain, info), (placed, again) = plain_and_placed(lambda: train_inverter(model, spec, final_linear(model), x[:20], cfg))
+    assert same_tensors(plain.state_dict(), placed.state_dict()) and again["train_mse"] == info["train_mse"]
     assert next(placed.parameters()).device.type == "cpu"  # returned on the host, ready to write
 
 
 def test_the_critics_training_leaves_no_tensor_unplaced(cifar):
     x, _, _ = cifar
     cfg = CriticTraining(epochs=1, batch_size=8, width=4)
-    plain, info = train_critic(x[:20], cfg)
-    with torch.device("meta"):
-        placed, again = train_critic(x[:20], cfg)
-    assert _same(plain, placed) and again["calibration"] == info["calibration"]
+    (plain, info), (placed, again) = plain_and_placed(lambda: train_critic(x[:20], cfg))
+    assert same_tensors(plain.state_dict(), placed.state_dict()) and again["calibration"] == info["calibration"]
 
 
 def test_cuda_without_a_gpu_is_one_line_and_exit_2(cli, tmp_path, lenet_ckpt, cifar):

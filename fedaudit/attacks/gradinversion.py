@@ -40,7 +40,7 @@ from fedaudit.attacks.objectives import total
 from fedaudit.attacks.registry import ATTACKS
 from fedaudit.errors import InputError
 from fedaudit.methods import MethodOption
-from fedaudit.models.normalize import denormalize, normalize
+from fedaudit.models.normalize import denormalize, pixel_box
 
 
 def tv_l2(x: torch.Tensor) -> torch.Tensor:
@@ -94,9 +94,7 @@ class GradInversion(OptimizationAttack):
         super().__init__(tm, engine, labels, options, num_images, iterations)
         if self.opts["num-seeds"] < 1:
             raise InputError("gradinversion: --num-seeds must be >= 1")
-        c = tm.spec.input_shape[0]
-        lo, hi = (normalize(torch.full((1, c, 1, 1), v, device="cpu"), tm.spec) for v in (0.0, 1.0))
-        self.box = (lo.to(engine.device), hi.to(engine.device))
+        self.box = pixel_box(tm.spec, engine.device)
         self._it = 0
 
     # --- state --------------------------------------------------------------------------------------------------

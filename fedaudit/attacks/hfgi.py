@@ -34,7 +34,7 @@ from fedaudit.attacks.bn_prior import bn_options
 from fedaudit.attacks.objectives import cosine_distance, cosine_distance_rows, row_norms, squared_norm
 from fedaudit.attacks.registry import ATTACKS
 from fedaudit.methods import MethodOption
-from fedaudit.models.normalize import denormalize, normalize
+from fedaudit.models.normalize import denormalize, pixel_box
 
 BN_FIRST_WEIGHTS = (1.3, 3.0)  # the code's multipliers for the first two BN layers; the rest get 1
 
@@ -85,9 +85,7 @@ class HFGI(OptimizationAttack):
         names = engine.target.names
         final = tm.final_layer
         self.final_count = sum(1 for k in names if final and k.startswith(final + ".")) or 1
-        c = tm.spec.input_shape[0]
-        lo, hi = (normalize(torch.full((1, c, 1, 1), v, device="cpu"), tm.spec) for v in (0.0, 1.0))
-        self.box = (lo.to(engine.device), hi.to(engine.device))
+        self.box = pixel_box(tm.spec, engine.device)
 
     def matched(self, it: int) -> list[str]:
         names = self.engine.target.names

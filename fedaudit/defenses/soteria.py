@@ -25,7 +25,7 @@ CHUNK = 64
 def feature_scores(tm, images: torch.Tensor) -> torch.Tensor:
     model = tm.model
     head = dict(model.named_modules())[tm.final_layer]
-    x = images.to(next(model.parameters()).device).clone().requires_grad_(True)  # the batch meets the model where it is
+    x = images.to(tm.device).clone().requires_grad_(True)  # the batch meets the model where it is
     captured: dict[str, torch.Tensor] = {}
     hook = head.register_forward_hook(lambda m, inp, out: captured.update(r=inp[0]))
     state = {k: v.detach() for k, v in model.named_parameters()}

@@ -27,6 +27,14 @@ def normalize(x01: torch.Tensor, spec: ModelSpec) -> torch.Tensor:
     return (x01 - _per_channel(spec.mean, c, x01)) / _per_channel(spec.std, c, x01)
 
 
+def pixel_box(spec: ModelSpec, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The [0, 1] pixel range in the network's input space, [1, C, 1, 1] each (lower, upper), computed on the host
+    and moved to ``device``: what attacks that optimise normalised inputs clamp them to."""
+    c = spec.input_shape[0]
+    lo, hi = (normalize(torch.full((1, c, 1, 1), v, device="cpu"), spec).to(device) for v in (0.0, 1.0))
+    return lo, hi
+
+
 def denormalize(x: torch.Tensor, spec: ModelSpec) -> torch.Tensor:
     """Inverse of ``normalize``: the network's input back to [0,1] pixels (analytic reconstructions)."""
     c = spec.input_shape[0]

@@ -485,8 +485,8 @@ class Dager(Method):
         """Whether block 1's span holds more than half of ``probes`` random two-token sequences (seeded): then it
         holds every candidate (the visible positions reach the width there) and step 2 cannot tell any apart."""
         rows = int(front.embed.shape[0])
-        seqs = torch.randint(rows, (probes, 2), generator=torch.Generator().manual_seed(0), device="cpu")  # on the host: the
-        seqs = seqs.to(front.device)  # same probes on every device
+        # drawn on the host: the same probes on every device
+        seqs = torch.randint(rows, (probes, 2), generator=torch.Generator().manual_seed(0), device="cpu").to(front.device)
         return 2 * int((self._last_distance(front, seqs, span) < tau2).sum()) > probes
 
     def _tokens(self, front: GPT2Front | LlamaFront, span: InputSpan, tau1: float) -> list[list[int]] | None:
