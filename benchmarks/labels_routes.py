@@ -203,11 +203,13 @@ def rows_of(dirs: list[Path]) -> list[dict]:
                         raise SystemExit(f"{run}: {_key(rec)} read {rec['auto']['InsAcc']}, stored {stored['InsAcc']}")
                     stored.setdefault("strategy", rec["auto"].get("strategy"))
                 else:
-                    # a rerun of auto under another tag is that tag's column (never auto's own), named so that no
-                    # table takes it for a single method: auto:TAG (a tag that begins with "auto" as it is)
-                    tag = run.stem if run.stem.startswith("auto") else f"auto:{run.stem}"
-                    name = "auto-after" if run.stem == "after" else \
-                        tag if rec.get("method", "auto") == "auto" else rec["method"]
+                    if run.stem == "after":
+                        name = "auto-after"
+                    elif rec.get("method", "auto") != "auto":
+                        name = rec["method"]
+                    else:  # auto under another tag: its own column, named so that no table takes it for a single
+                        # method (auto:TAG; a tag that begins with "auto" as it is)
+                        name = run.stem if run.stem.startswith("auto") else f"auto:{run.stem}"
                     row["methods"][name] = rec["auto"]
         rows += mine
     return [r for r in rows if "auto" in r["methods"] and "auto-ensemble" in r["methods"]]

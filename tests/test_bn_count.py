@@ -245,8 +245,8 @@ def test_auto_reads_a_class_ordered_two_class_client_by_its_bn_mixture_and_a_one
     took that reading inside the route, DOUBT_SHARE, was pruned on 2026-12-01: this step overrode it on every
     held-out client it could read.) A single-class client is one class, and where bn-count's accepted reading of
     the mixture named it, the K-step warning stays away. The two-class clients and the last one-class client run
-    ``auto``'s default (aux images in matched batches; the one-class call on the mixture reading), the gates' other
-    case the mixture reading."""
+    ``auto``'s default (aux images in matched batches; the one-class call on the mixture reading), the K = 8
+    one-class client the mixture reading (AUTO_MIXTURE)."""
 
     x, y, aux, model = setting
 

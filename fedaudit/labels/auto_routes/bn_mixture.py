@@ -35,8 +35,8 @@ def by_bn_mixture(tm: ThreatModel, session: Session, spread: float | None, notes
     wrong). On 36 held-out trained BN ConvNet clients it fired on 29 and gained 11.5 +- 2.6 points over the route
     below there (docs/results/labels.md, "bn-count on FedAvg deltas"); where it names the bias gradient's one
     negative class (``bn_one_class``), the whole client is that class. Otherwise its counts, residual and change are
-    noted and the route goes on (the many-classes route's ``by_agreement`` may still take them). Returns (the routed result or None,
-    bn-count's rejected run as ``run_each`` gives it, or None)."""
+    noted and the route goes on (the many-classes route's ``by_agreement`` may still take them). Returns (the routed
+    result or None, bn-count's rejected run as ``run_each`` gives it, or None)."""
     from fedaudit.labels.bn_count import too_few_aux  # here: keeps the registry's order
 
     if session.aux is None or session.aux.labels is None:
