@@ -5,6 +5,10 @@ sources, batch sizes, recipes and budgets the old rule was never fitted on.
     .venv/bin/python -m benchmarks.verdict_transfer --runs 200 --shard 1/2
     .venv/bin/python -m benchmarks.verdict_transfer --grid gaps --runs 60        # the second grid
     .venv/bin/python -m benchmarks.verdict_transfer --table                     # docs/results/verdict.md's tables
+    .venv/bin/python -m benchmarks.verdict_transfer --rerun benchmarks/results/verdict_transfer.jsonl \\
+        --max-seconds 60 --out benchmarks/results/verdict_transfer_floor2.jsonl    # the same runs, today's yardstick
+    .venv/bin/python -m benchmarks.verdict_transfer --table --rerun benchmarks/results/verdict_transfer.jsonl \\
+        --out benchmarks/results/verdict_transfer_floor2.jsonl                     # its tables, paired with the old
 
 Each run goes through the one job layer as a reviewer's would: ``ReconstructJob`` with labels by ``auto`` and
 ``--proxies P`` (the estimate), then the metrics against the truth (the measured band). The grid (seeded draws):
@@ -45,6 +49,7 @@ import numpy as np
 import torch
 
 from benchmarks.common import RESULTS, defended_and_loop, mnist_split, threat_model, trained
+from benchmarks.verdict_sharpness import table as sharpness_table
 from fedaudit.client.capture import CaptureConfig
 from fedaudit.data.offline import (
     CIFAR10_MEAN,
@@ -54,6 +59,7 @@ from fedaudit.data.offline import (
     foolbox_samples,
     imagenet_samples,
     package_dir,
+    uci_digits,
 )
 from fedaudit.io.truth import Truth
 from fedaudit.jobs import ReconstructJob, Session
@@ -61,6 +67,7 @@ from fedaudit.metrics.identification import identification_band
 from fedaudit.metrics.risk import BANDS, worst_band
 from fedaudit.models import ModelSpec, build_model
 from fedaudit.models.build import initial_model, model_entry
+from fedaudit.verdict.calibrated import PLACEMENTS, calibrated
 
 # name -> (arch, input side, pretrained, kwargs)
 MODELS = {"lenet-dlg": ("lenet", 32, False, {}), "lenet-trained": ("lenet", 32, False, {"init": "torch"}),
@@ -72,7 +79,16 @@ GAP_MODELS = {"resnet10-w64": ("resnet10", 32, False, {"width": 64}),
               "resnet18-w64": ("resnet18", 32, False, {"width": 64}),
               "resnet18-w16": ("resnet18", 32, False, {"width": 16}),
               "vgg16-random": ("vgg16-imagenet", 32, False, {})}
-ALL_MODELS = {**MODELS, **GAP_MODELS}
+# the third grid (``--grid families``, ids from 2000): model families, image sources, batch sizes and defenses neither
+# grid nor any threshold of the measured band or the placement was chosen on (issue 86's held-out set)
+FAMILY_MODELS = {"vit-tiny": ("vit-tiny", 32, False, {}), "flower-cnn": ("flower-cnn", 32, False, {}),
+                 "mlp-256": ("mlp", 32, False, {"hidden": [256]}), "resnet10-w32": ("resnet10", 32, False, {"width": 32})}
+ALL_MODELS = {**MODELS, **GAP_MODELS, **FAMILY_MODELS}
+FAMILY_SOURCES = ("cifar100", "uci", "cifar10", "faces")
+FAMILY_ATTACKS = (("ig", 300, None), ("ig", 1000, None), ("dlg", 300, None), ("fedleak", 200, 0.03), ("hfgi", 300, None))
+FAMILY_DEFENSES = ("prune:0.99:scope=global", "topk:0.01", "dp:clip=1:sigma=0.01", "quantize:4")
+FAMILY_SIZES = (1, 2, 8)
+FAMILY_IDS = 2000
 SOURCES = ("cifar10", "imagenet", "mnist", "faces")
 ATTACKS = (("ig", 100, None), ("ig", 300, None), ("dlg", 100, None), ("dlg", 200, None), ("fedleak", 200, 0.03))
 DEFENSES = ("dp:clip=1:sigma=0.01", "dp:clip=1:sigma=0.1", "dp:clip=1:sigma=1", "prune:0.9", "quantize:2")
@@ -122,6 +138,14 @@ def victims(source: str, n: int, side: int, seed: int) -> tuple[torch.Tensor, to
         x, y, perm = mnist_split()
         idx = perm[4000:][torch.randperm(1000, generator=g)[:n]]  # the digits lenet-trained never saw
         x, y = x[idx], y[idx]
+    elif source == "uci":
+        x, y = uci_digits(side)
+        idx = torch.randperm(len(y), generator=g)[:n]
+        x, y = x[idx].expand(-1, 3, -1, -1), y[idx]
+    elif source == "cifar100":
+        x, y, _ = foolbox_samples("cifar100")
+        idx = torch.randperm(len(y), generator=g)[:n]
+        x, y = x[idx], y[idx] % 10
     elif source == "faces":
         x = lfw_faces()
         idx = torch.randperm(len(x), generator=g)[:n]
@@ -190,6 +214,32 @@ def gap_cases(n: int, seed: int = 0) -> list[dict]:
     return out
 
 
+def family_cases(n: int, seed: int = 0) -> list[dict]:
+    """The third grid (held out): ViT-tiny, Flower's CNN, a one-hidden-layer MLP and a width-32 CIFAR ResNet-10;
+    CIFAR-100 photographs and UCI digits beside CIFAR-10 and faces; B = 1, 2, 8; global pruning at 0.99, top-k 1%,
+    DP and 4-bit quantisation; longer budgets so that high and very high are a real share of the grid. CPU caps:
+    B = 8 on Flower's CNN and the MLP only; ResNet-10 and ViT at most 300 iterations and one restart."""
+    rng = random.Random(f"transfer-families-{seed}")
+    out = []
+    for i in range(FAMILY_IDS, FAMILY_IDS + n):
+        name = rng.choice(list(FAMILY_MODELS))
+        attack, iters, lr = rng.choice(FAMILY_ATTACKS)
+        b = rng.choice(FAMILY_SIZES)
+        restarts = rng.choice((1, 2))
+        if b == 8 and name not in ("flower-cnn", "mlp-256"):
+            b = 2
+        if name in ("resnet10-w32", "vit-tiny"):
+            iters, restarts = min(iters, 300), 1
+        source = rng.choice(FAMILY_SOURCES)
+        if source in ("cifar10", "cifar100") and b > 20:
+            source = "uci"
+        out.append({"id": i, "model": name, "source": source, "B": b, "K": 1, "attack": attack,
+                    "iterations": iters, "lr": lr,
+                    "defense": "none" if rng.random() < 0.6 else rng.choice(FAMILY_DEFENSES),
+                    "restarts": restarts, "seed": rng.randrange(10_000)})
+    return out
+
+
 def run(case: dict, proxies: int) -> dict:
     spec, net = model(case["model"], case["source"])
     b, k = case["B"], case["K"]
@@ -213,9 +263,18 @@ def run(case: dict, proxies: int) -> dict:
             "load": [round(load0, 1), round(os.getloadavg()[0], 1)],
             "measured": {"band": m["risk_band"], "range": m["risk_band_range"], "psnr": m["summary"]["psnr"]["mean"],
                          "above_floor": m["psnr_above_blank"], "identified": (m.get("identification") or {}).get("rate"),
-                         "paper_band": m["risk_band_psnr"]},
+                         "paper_band": m["risk_band_psnr"],
+                         # what a later yardstick needs to re-read this run without rerunning it
+                         "per_image": [{k: row.get(k) for k in ("psnr", "blank_psnr", "floor_set_by", "identified",
+                                                                 "firm", "possible")} for row in m["per_image"]],
+                         "nulls": (m.get("blank_baseline") or {}).get("nulls"),
+                         "identification": {k: (m.get("identification") or {}).get(k)
+                                            for k in ("identified", "of", "views", "nulls", "chance")}},
             "estimate": {k: verdict.get(k) for k in ("band", "range", "confidence", "source", "outside_proxies")},
             "rule": verdict.get("rule") or {k: verdict.get(k) for k in ("band", "range", "confidence", "score_db")},
+            # each proxy's truth-free score and measured band: another placement can be read on the same runs
+            "proxy_records": [{k: p.get(k) for k in ("score_db", "measured", "psnr", "above_floor", "identified", "of")}
+                              for p in (r["evidence"].get("proxies") or {}).get("measured", [])],
             "proxy_warnings": (r["evidence"].get("proxies") or {}).get("warnings", [])}
 
 
@@ -276,6 +335,18 @@ def confusion(rows: list[dict], key: str) -> list[str]:
     return lines + [f"| {m} | " + " | ".join(str(conf[m][e]) for e in BANDS) + " |" for m in BANDS]
 
 
+def replaced(rows: list[dict]) -> list[dict]:
+    """Rows with the proxies' records (``proxy_records``) read by both placements of fedaudit/verdict/calibrated.py
+    (``placed_envelope``, ``placed_tolerant``): the same proxies, the same yardstick, another placement."""
+    out = []
+    for r in rows:
+        recs = [p for p in r.get("proxy_records") or [] if p.get("measured") and p.get("score_db") is not None]
+        if recs and r["rule"].get("score_db") is not None:
+            r = {**r, **{f"placed_{how}": calibrated(r["rule"], recs, placement=how) for how in PLACEMENTS}}
+        out.append(r)
+    return out
+
+
 def table(rows: list[dict]) -> str:
     ok = [r for r in rows if "measured" in r]
     failed = [r for r in rows if "error" in r]
@@ -292,16 +363,25 @@ def table(rows: list[dict]) -> str:
         if s["runs"]:
             lines.append(f"| {name} | {truth} | {s['runs']} | {100 * s['under_rate']:.1f}% ({s['under']}) | "
                          f"{100 * s['point_under_rate']:.1f}% | {100 * s['exact_rate']:.1f}% | {s['median_width']} |")
+    lines += ["", "Sharpness beside safety (benchmarks/verdict_sharpness.py), judged against the measured band of these "
+                  "rows, with two baselines:", ""]
+    placed = replaced(ok)
+    estimators = [("estimate", "calibrated on proxies (as run)")]
+    if any("placed_envelope" in r for r in placed):  # rows that kept their proxies' records: both placements
+        estimators += [("placed_envelope", "calibrated, envelope placement (before)"),
+                       ("placed_tolerant", "calibrated, tolerant placement (now)")]
+    lines += sharpness_table(placed, estimators + [("rule", "frozen rule with its range"),
+                                                   ("constant", "baseline: always low [low .. very high]")])
     for key, name in (("estimate", "Calibrated on proxies"), ("rule", "Old frozen rule")):
         lines += ["", f"{name}: point estimate against the measured point", ""] + confusion(ok, key)
     lines += ["", "Held out by group (calibrated: under-report / point agreement / median width / runs; old rule: "
               "under-report / point agreement):", ""]
     groups = {**{f"model {m}": (lambda r, m=m: r["model"] == m) for m in ALL_MODELS},
-              **{f"images {s}": (lambda r, s=s: r["source"] == s) for s in SOURCES},
-              **{f"B = {b}": (lambda r, b=b: r["B"] == b) for b in sorted({*SIZES, *GAP_SIZES})},
+              **{f"images {s}": (lambda r, s=s: r["source"] == s) for s in (*SOURCES, "cifar100", "uci")},
+              **{f"B = {b}": (lambda r, b=b: r["B"] == b) for b in sorted({*SIZES, *GAP_SIZES, *FAMILY_SIZES})},
               "FedAvg K = 2": lambda r: r["K"] == 2,
               **{f"attack {a}": (lambda r, a=a: r["attack"] == a)
-                 for a in sorted({a for a, _, _ in (*ATTACKS, *GAP_ATTACKS)})},
+                 for a in sorted({a for a, _, _ in (*ATTACKS, *GAP_ATTACKS, *FAMILY_ATTACKS)})},
               "long budget (>= 300 iterations)": lambda r: r["iterations"] >= 300,
               "undefended": lambda r: r["defense"] == "none", "defended": lambda r: r["defense"] != "none"}
     for name, keep in groups.items():
@@ -334,25 +414,58 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def paired(old: list[dict], new: list[dict]) -> str:
+    """The same runs (ids) read by the stored rows' yardstick and the rerun's: how the measured band moved."""
+    before = {r["id"]: r for r in old if "measured" in r}
+    both = [(before[r["id"]], r) for r in new if "measured" in r and r["id"] in before]
+    lines = [f"{len(both)} runs rerun with the same ids and seeds", "",
+             "| measured before \\ after | " + " | ".join(BANDS) + " |", "|---|" + "---|" * len(BANDS)]
+    for b in BANDS:
+        lines.append(f"| {b} | " + " | ".join(str(sum(o["measured"]["band"] == b and n["measured"]["band"] == a
+                                                        for o, n in both)) for a in BANDS) + " |")
+    wide_b2 = sum(n["B"] >= 2 and level(n["measured"]["range"][1]) - level(n["measured"]["range"][0]) == 3 for _, n in both)
+    wide_old = sum(o["B"] >= 2 and level(o["measured"]["range"][1]) - level(o["measured"]["range"][0]) == 3 for o, _ in both)
+    near = [n for _, n in both if level(n["measured"]["band"]) >= 1 and n["measured"]["above_floor"] < 1.0
+            and not (n["measured"].get("identified") or 0)]
+    lines += ["", f"measured ranges over the whole scale at B >= 2: {wide_old} before, {wide_b2} after; measured medium or "
+                  f"above within 1 dB of the floor with no identified image, after: {len(near)}"]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=200)
     ap.add_argument("--proxies", type=int, default=3)
     ap.add_argument("--shard", default="0/1", help="i/n: run the cases whose id is i modulo n")
-    ap.add_argument("--grid", choices=("main", "gaps"), default="main",
-                    help="main: the first grid (ids 0..); gaps: the second (ids from 1000)")
+    ap.add_argument("--grid", choices=("main", "gaps", "families"), default="main",
+                    help="main: the first grid (ids 0..); gaps: the second (ids from 1000); families: the held-out "
+                         "third (ids from 2000)")
     ap.add_argument("--table", action="store_true")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--rerun", type=Path, default=None,
+                    help="rerun the cases of these stored rows (same ids and seeds) into --out: a new yardstick read "
+                         "on the same runs")
+    ap.add_argument("--max-seconds", type=float, default=None,
+                    help="with --rerun: only rows that took less than this (a CPU-sized subset)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     if args.table:
         rows = [json.loads(line) for line in args.out.read_text().splitlines()] if args.out.exists() else []
         print(table(rows))
+        if args.rerun:
+            print(paired([json.loads(line) for line in args.rerun.read_text().splitlines()], rows))
         return 0
     i, n = (int(v) for v in args.shard.split("/"))
-    collect(cases(args.runs) if args.grid == "main" else gap_cases(args.runs), args.proxies, (i, n), args.out)
+    if args.rerun:
+        keys = ("id", "model", "source", "B", "K", "attack", "iterations", "lr", "defense", "restarts", "seed")
+        stored = [json.loads(line) for line in args.rerun.read_text().splitlines()]
+        todo = [{k: r[k] for k in keys} for r in stored if "seconds" in r
+                and (args.max_seconds is None or r["seconds"] < args.max_seconds)]
+    else:
+        todo = {"main": cases, "gaps": gap_cases, "families": family_cases}[args.grid](args.runs)
+    collect(todo, args.proxies, (i, n), args.out)
     return 0
 
 

@@ -8,6 +8,7 @@ import torch
 from fedaudit.metrics.band import beyond_chance, mean_interval, measured_band, wilson
 from fedaudit.metrics.evaluate import evaluate_images
 from fedaudit.metrics.identification import shifted
+from fedaudit.metrics.psnr import psnr
 from fedaudit.metrics.risk import gated
 
 from .helpers import load_sample
@@ -51,7 +52,10 @@ def test_a_firm_identification_of_most_of_a_batch_is_claimed_with_its_interval()
     psnr = torch.full((16,), 13.0)
     band = measured_band(psnr, psnr - 1, ident(12, 16, firm=12, possible=13))
     assert band["band"] == "very_high"  # 75% identified, beyond the nulls' chance
-    assert band["range"] == ["high", "very_high"]  # Wilson's lower bound on 12 of 16 is 0.51
+    # the batch is the population: no view disagreed (the flags give views 12, 12, 13), so the range is the point's
+    assert band["range"] == ["very_high", "very_high"]
+    shaky = measured_band(psnr, psnr - 1, {**ident(12, 16, firm=7, possible=14), "views": [12, 9, 14, 7, 11]})
+    assert shaky["band"] == "very_high" and shaky["range"] == ["medium", "very_high"]  # 7 of 16 under one shift
 
 
 def test_two_copies_a_tenth_of_a_db_apart_get_the_same_band():
@@ -70,8 +74,52 @@ def test_the_psnr_interval_is_a_bootstrap_over_images_and_repeatable():
     assert mean_interval(values) == [lo, hi]
     assert mean_interval(torch.tensor([15.0])) == [15.0, 15.0]  # one image: the batch is measured exactly
     band = measured_band(values, torch.full((4,), 11.0), None)
-    # one 30 dB image carries the mean: without it a resample sits at the 11 dB floor, with it twice above 20 dB
-    assert band["band"] == "high" and band["range"] == ["low", "very_high"]
+    # one 30 dB image carries the mean: the interval says so, but the batch is the population, so the band is its
+    # mean's (the old bootstrap ends read low .. very high here)
+    assert band["band"] == "high" and band["range"] == ["high", "high"]
+    assert band["psnr"]["psnr_interval"] == [lo, hi] and band["psnr"]["images_clearing"] == 3
+
+
+def test_a_batch_of_one_perfect_and_one_failed_image_is_not_the_whole_scale():
+    """B = 2, one image at 28 dB and one below its floor: the old bootstrap ends spanned low .. very high."""
+    band = measured_band(torch.tensor([28.0, 10.0]), torch.tensor([12.0, 12.0]), ident(1, 2, firm=1, possible=1))
+    assert band["band"] == "high" and band["width"] < 3
+    assert band["narrow"] is None
+
+
+def test_a_few_tenths_of_a_db_over_the_floor_is_not_medium():
+    """Issue 86: runs measured medium at +0.2 to +0.5 dB over the floor with nothing identified."""
+    band = measured_band(torch.tensor([13.4, 13.1, 13.6, 13.3]), torch.tensor([13.0, 12.8, 13.2, 13.0]),
+                         ident(0, 4, firm=0, possible=0))
+    assert band["band"] == "low" and band["psnr"]["images_clearing"] == 0
+    assert band["range"] == ["low", "medium"]  # inside the margin: not counted, not ruled out
+    clear = measured_band(torch.tensor([14.4, 14.1, 14.6, 14.3]), torch.tensor([13.0, 12.8, 13.2, 13.0]),
+                          ident(0, 4, firm=0, possible=0))
+    assert clear["band"] == "medium" and clear["range"] == ["medium", "medium"]
+
+
+def test_a_flat_image_of_the_victims_own_colours_measures_low():
+    """Issue 86: flat patches in the victim's mean colour measured 'high' at +5 to +7 dB over a black-or-gray floor.
+    Against the image's own mean colour (a null reference) it is on the floor."""
+    _, truth = load_sample("lenet_b4")
+    x = truth.images
+    flat = x.mean((2, 3), keepdim=True).expand_as(x).contiguous()
+    m = evaluate_images(flat, x)
+    old_floor = torch.stack([psnr(torch.full_like(x, v), x) for v in (0.0, 0.5)]).max(0).values
+    assert float((psnr(flat, x) - old_floor).mean()) > 0.5  # above the old floor: counted there
+    assert m["psnr_above_blank"] < 1e-4 and m["band"]["psnr"]["band"] == "low"
+    assert m["risk_band"] == "low" and m["worst_image_risk_band"] == "low"
+    assert {row["floor_set_by"] for row in m["per_image"]} <= {"mean_colour", "dataset_mean_recoloured"}
+    assert set(m["blank_baseline"]["nulls"]) == {"black", "gray", "mean_colour", "dataset_mean",
+                                                 "dataset_mean_recoloured"}
+
+
+def test_a_wide_range_says_what_would_narrow_it():
+    one = measured_band(torch.tensor([9.6]), torch.tensor([10.7]), ident(1, 1, firm=0, possible=1))
+    assert "one image" in one["narrow"]
+    shifts = measured_band(torch.full((8,), 9.0), torch.full((8,), 10.0),
+                           {**ident(3, 8, firm=1, possible=7), "views": [3, 1, 7, 2, 4]})
+    assert shifts["width"] >= 2 and "one-pixel shifts (1 to 7 of 8" in shifts["narrow"]
 
 
 def test_the_gate_picks_an_end_of_the_range():

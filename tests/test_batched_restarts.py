@@ -109,3 +109,20 @@ def test_the_default_batches_on_the_cpu_only_models_up_to_the_size_where_it_is_f
     result = _run("lenet_b1", 0, restarts=2, iterations=2)
     assert result.restart_batches == [] and "faster one after another" in result.restarts_one_by_one
     assert _run("lenet_b1", 2, restarts=2, iterations=2).restart_batches == [2]  # asked for: batched anyway
+
+
+def test_batched_gradient_draws_a_dropout_mask_per_restart():
+    """A train-mode model with dropout (SqueezeNet's classifier, issue 86): vmap refused any random draw, so batched
+    restarts and stacked proxies failed; now each restart draws its own mask, as one after another would."""
+    tm = load_threat_model(*sample("convnet_b8_repeated")[:2])
+    labels = load_truth(sample("convnet_b8_repeated")[2]).labels
+    head = [m for m in tm.model.modules() if isinstance(m, torch.nn.Linear)][-1]
+    head.register_forward_pre_hook(lambda m, inp: (torch.nn.functional.dropout(inp[0], 0.5, m.training),))
+    engine = GradientEngine(tm)
+    assert engine.train_bn
+    x = torch.rand(2, len(labels), *tm.spec.input_shape, generator=torch.Generator().manual_seed(0))
+    x[1] = x[0]  # the same images: only the dropout masks differ between the two restarts
+    torch.manual_seed(0)
+    g = engine.batched_gradient(x, labels)
+    last = g[-1]
+    assert torch.isfinite(last).all() and float((last[0] - last[1]).norm()) > 0

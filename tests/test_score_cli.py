@@ -37,7 +37,7 @@ def test_score_good_reconstruction(cli, tmp_path):
     html = (tmp_path / "r" / "report.html").read_text()
     assert "For comparison with FedLeak" in html
     assert out["blank_baseline"] == report["metrics"]["blank_baseline"] and out["psnr_above_blank"] > 20
-    assert "Blank-image floor" in html and "reconstructions are above it" in html
+    assert "Floor: the strongest reconstruction that shows nothing" in html and "reconstructions are above it" in html
 
 
 def test_score_noise_is_low_risk(cli, tmp_path):

@@ -156,3 +156,28 @@ def test_stderr_says_whose_progress_lines_follow(capsys):
     err = capsys.readouterr().err
     assert "fedaudit: proxies 1-2/2: 2 batches of 1 public images captured with the update's recipe, attacked " \
            "together (2 rows)" in err
+
+
+def test_a_stacked_batch_that_fails_leaves_the_proxies_to_run_one_after_another(monkeypatch):
+    """Issue 86: SqueezeNet's dropout made the stacked proxies fail under vmap ('called random operation while in
+    randomness error mode'), and the audit ended in exit 3 with no report, the real run lost."""
+    def fails(*args, **kwargs):
+        raise RuntimeError("vmap: called random operation while in randomness error mode")
+
+    monkeypatch.setattr(stacked_targets, "stack_attack", fails)
+    result, proxies = _proxies()
+    assert proxies["stacked_batches"] == [] and "stacked batch failed" in proxies["one_by_one"]
+    assert len(proxies["measured"]) == 2  # each proxy measured on its own
+    assert result.report.to_json()["evidence"]["verdict"]["source"] == "calibrated on 2 proxy batches"
+
+
+def test_proxies_that_fail_whatever_the_error_keep_the_real_run(monkeypatch):
+    from fedaudit.jobs import reconstruct
+
+    def broken(*args, **kwargs):
+        raise KeyError("anything a proxy might raise")
+
+    monkeypatch.setattr(reconstruct, "run_proxies", broken)
+    result, proxies = _proxies()
+    assert result.images.shape[0] == 4 and "they failed (KeyError" in proxies["not_applicable"]
+    assert result.report.to_json()["evidence"]["verdict"]["source"].startswith("uncalibrated rule")

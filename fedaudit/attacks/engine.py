@@ -153,8 +153,10 @@ class GradientEngine:
         def loss(m: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
             return self.loss(functional_call(model, {**fixed, **m}, (normalize(x, self.spec),)), labels)
 
+        # randomness="different": a train-mode model with dropout (torchvision's SqueezeNet, MobileNet, VGG heads)
+        # draws its own mask for each restart, as one restart after another would; vmap's default refuses any draw
         with differentiable_attention():
-            g = vmap(grad(loss), in_dims=(None, 0))(matched, x01)
+            g = vmap(grad(loss), in_dims=(None, 0), randomness="different")(matched, x01)
         return [g[k] for k in names]
 
     def _unrolled(self, x01, labels, create_graph, capture, bn_inputs=None):

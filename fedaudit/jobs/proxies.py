@@ -162,4 +162,7 @@ def _stacked(captured: list[tuple[int, Any, Any]], labels: list[int], count: int
         return [], None, why
     _say(session, f"proxies 1-{len(captured)}/{count}: {len(captured)} batches of {n} public images captured with the "
                   f"update's recipe, attacked together ({len(captured) * cfg.restarts} rows)")
-    return attacks, stacked_targets.optimize_stacked(attacks, cfg), None
+    try:
+        return attacks, stacked_targets.optimize_stacked(attacks, cfg), None
+    except (RuntimeFailure, ValueError, RuntimeError) as e:  # the stacked batch failed: each proxy runs on its own
+        return [], None, f"the stacked batch failed ({type(e).__name__}: {e}); the proxies ran one after another"

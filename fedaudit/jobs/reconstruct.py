@@ -416,7 +416,11 @@ class ReconstructJob:
         elif result.interrupted:  # Ctrl-C: write the best result so far now, not after P more runs
             out["proxies"] = {"requested": self.proxies, "not_applicable": "no proxies: the run was interrupted"}
         else:
-            run = run_proxies(self, result.labels, self.proxies)
+            try:
+                run = run_proxies(self, result.labels, self.proxies)
+            except Exception as e:  # noqa: BLE001 - a proxy's failure, whatever it is, must never lose the real run
+                run = {"requested": self.proxies, "proxies": [],
+                       "not_applicable": f"no proxies: they failed ({type(e).__name__}: {e})"}
             records = run.pop("proxies")
             out["proxies"] = {**run, "measured": [{k: v for k, v in p.items() if k not in ("images", "truth", "pairs")}
                                                   for p in records]}

@@ -7,18 +7,18 @@ from typing import Any
 import torch
 
 from fedaudit.metrics import ssim as ssim_mod
+from fedaudit.metrics.band import MARGIN_DB, mean_interval, measured_band, psnr_band
 from fedaudit.metrics.band import METHOD as BAND_METHOD
-from fedaudit.metrics.band import mean_interval, measured_band
 from fedaudit.metrics.blank import METHOD as BLANK_METHOD
-from fedaudit.metrics.blank import blank_baseline, blank_psnr_per_image
+from fedaudit.metrics.blank import blank_baseline, floor_per_image
 from fedaudit.metrics.identification import METHOD as IDENT_METHOD
 from fedaudit.metrics.identification import identify, judge_net
 from fedaudit.metrics.lpips import load_lpips, lpips_distance
 from fedaudit.metrics.matching import BEST_MATCH_METHOD, best_match, match
 from fedaudit.metrics.matching import METHOD as MATCHING_METHOD
 from fedaudit.metrics.psnr import psnr
+from fedaudit.metrics.risk import BANDS, risk_band
 from fedaudit.metrics.risk import SOURCE as RISK_SOURCE
-from fedaudit.metrics.risk import risk_band
 
 
 def _stats(values: torch.Tensor | None, seed: int = 0) -> dict[str, Any] | None:
@@ -54,17 +54,17 @@ def evaluate_images(recon: torch.Tensor, truth: torch.Tensor, lpips_net: str = "
     judge = judge_net(attacked_arch, lpips_net)
     ident = identify(recon, truth, pairs, judge, lpips_weights if judge == lpips_net else None, init=init)
     found = {row["recon_index"]: row for row in ident.get("per_image", [])}
-    floor = blank_psnr_per_image(b)
+    floor, floor_by = floor_per_image(b)
     rows = []
     for i, (t, r) in enumerate(pairs):
         judged = found.get(int(r)) or {}
         rows.append({"truth_index": int(t), "recon_index": int(r), "psnr": float(p[i]), "blank_psnr": float(floor[i]),
-                     "above_floor": float(p[i] - floor[i]), "ssim": float(s[i]),
+                     "floor_set_by": floor_by[i], "above_floor": float(p[i] - floor[i]), "ssim": float(s[i]),
                      "lpips": None if lp is None else float(lp[i]), "identified": judged.get("identified"),
                      "identification_rank": judged.get("rank"), "identification_margin": judged.get("margin"),
                      "firm": judged.get("firm"), "possible": judged.get("possible"),
-                     "risk_band": risk_band(float(p[i]))})
-    psnr_band = risk_band(float(p.double().mean()))
+                     "risk_band": psnr_band(float(p[i]), float(floor[i]))})
+    paper_band = risk_band(float(p.double().mean()))
     measured = measured_band(p, floor, ident, seed)
     return {
         "per_image": rows,
@@ -74,16 +74,17 @@ def evaluate_images(recon: torch.Tensor, truth: torch.Tensor, lpips_net: str = "
         "paper_best_match": _best_match_summary(recon, truth),
         # What a constant image scores here: a mean PSNR at or below it shows nothing the metric can see.
         "blank_baseline": blank,
-        # mean over images of PSNR minus that image's own blank floor (the higher of black and mid-gray on it): the
-        # floor the band reads; blank_baseline's batch-level floor can sit lower (dark and bright images mixed)
+        # mean over images of PSNR minus that image's own floor (the best of the null references on it,
+        # fedaudit/metrics/blank.py): the floor the band reads
         "psnr_above_blank": measured["psnr"]["above_floor"],
         "identification": ident,
         # FedLeak's band of the mean PSNR as the paper reads it (no floor, no interval), for its tables only
-        "risk_band_psnr": psnr_band,
+        "risk_band_psnr": paper_band,
         "risk_band": measured["band"],
         "risk_band_range": measured["range"],
         "band": measured,
-        "worst_image_risk_band": risk_band(float(p.max())),
+        # the riskiest single image by PSNR, each against its own floor and margin (as the batch's PSNR band)
+        "worst_image_risk_band": max((row["risk_band"] for row in rows), key=BANDS.index, default="low"),
         "conventions": {
             "psnr": "per image on [0,1] (data range 1), then averaged; MSE floored at 1e-10 (100 dB)",
             "ssim": ssim_mod.SETTINGS,
@@ -91,8 +92,8 @@ def evaluate_images(recon: torch.Tensor, truth: torch.Tensor, lpips_net: str = "
             "matching": MATCHING_METHOD,
             "paper_best_match": BEST_MATCH_METHOD,
             "blank_baseline": BLANK_METHOD,
-            "risk_bands": RISK_SOURCE + "; counted above the blank floor only; the band is the worse of that and the "
-                          "identification band (identified >= 25% medium, >= 50% high, >= 75% very high) where "
+            "risk_bands": RISK_SOURCE + f"; counted only {MARGIN_DB:g} dB above the floor of null references; the "
+                          "band is the worse of that and the identification band (identified >= 25% medium, >= 50% high, >= 75% very high) where "
                           "beyond chance of its nulls (docs/metrics.md, The measured band)",
             "band": BAND_METHOD,
             "identification": IDENT_METHOD,

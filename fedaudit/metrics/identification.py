@@ -143,7 +143,7 @@ def identify(recon: torch.Tensor, truth: torch.Tensor, pairs: list[tuple[int, in
             "firm": identified and all(under_shift), "possible": identified or any(under_shift),
             "nearest_candidate": int(d[r].argmin()), "nearest_is_distractor": int(d[r].argmin()) >= truth.shape[0],
             "lpips_to_own": float(d[r, t]), "blank_lpips_to_own": float(floor[t]), "beats_blank": beats_blank,
-            "nulls": {}}
+            "views": [identified, *under_shift], "nulls": {}}
         for name, nd in nulls.items():
             null_rank, null_margin = _judge(nd[t], t)
             row["nulls"][name] = {"rank": null_rank, "margin": null_margin}
@@ -151,7 +151,10 @@ def identify(recon: torch.Tensor, truth: torch.Tensor, pairs: list[tuple[int, in
         rows.append(row)
     k = sum(row["identified"] for row in rows)
     rate = k / max(len(rows), 1)
-    return {"rate": rate, "identified": k, "of": len(rows), "firm": sum(row["firm"] for row in rows),
+    # identified images in each view (the reconstruction, then each one-pixel shift): the band's range reads the
+    # strictest and the most lenient view (fedaudit/metrics/band.py)
+    views = [sum(bool(row["views"][v]) for row in rows) for v in range(1 + len(SHIFTS))]
+    return {"rate": rate, "identified": k, "of": len(rows), "views": views, "firm": sum(row["firm"] for row in rows),
             "possible": sum(row["possible"] for row in rows),
             "nulls": {name: {"identified": c, "of": len(rows)} for name, c in null_counts.items()},
             "band": identification_band(rate), "chance": 1 / n_candidates, "candidates": n_candidates,

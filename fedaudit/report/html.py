@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from html import escape
 from typing import Any
 
+from fedaudit.metrics.band import MARGIN_DB
 from fedaudit.report.label_lines import summary_line
 from fedaudit.report.run_report import LabelReading, Measured, Proxies, RunReport, Verdict
 from fedaudit.report.tables import table
@@ -130,9 +131,11 @@ def _measured(m: Measured) -> list[str]:
     e = escape
     band = m.risk_band or ""
     conventions = m.conventions or {}
+    narrow = m.band.narrow if m.band else None
     parts = [f"<h2>Measured leakage risk: <span class='band {e(band)}'>{e(_band(band))}</span>, range"
              f"{_range(m.risk_band_range)}</h2><p>{e(str(m.band.why if m.band else ''))}.</p>"
-             f"<p>{e(conventions.get('risk_bands', ''))}; worst single image: "
+             + (f"<p><b>What would narrow this range:</b> {e(narrow)}.</p>" if narrow else "")
+             + f"<p>{e(conventions.get('risk_bands', ''))}; worst single image: "
              f"{e(_band(m.worst_image_risk_band or ''))}</p>",
              "<table><tr><th class='l'>metric</th><th>mean</th><th>std</th><th>min</th><th>max</th></tr>"]
     for name, st in (m.summary.items() if m.summary else []):
@@ -154,10 +157,15 @@ def _measured(m: Measured) -> list[str]:
     blank = m.blank_baseline
     if blank and m.psnr_above_blank is not None:
         above = m.psnr_above_blank
-        parts.append(f"<p>Blank-image floor: an all-{e(blank['floor']['image'])} image scores PSNR "
-                     f"{_num(blank['floor']['psnr'])}, SSIM {_num(blank['floor']['ssim'])} against these images; "
-                     f"against each image's own floor (the better of black and mid-gray on it) the "
-                     f"reconstructions are {'above' if above > 0 else 'not above'} it ({above:+.2f} dB on average).</p>")
+        nulls = blank.get("nulls") or {}
+        listed = ", ".join(f"{name.replace('_', ' ')} {_num(v)}" for name, v in nulls.items())
+        parts.append(f"<p>Floor: the strongest reconstruction that shows nothing of an image scores PSNR "
+                     f"{_num(blank.get('null_floor_psnr', blank['floor']['psnr']))} on average against these images "
+                     f"(each image's best null reference; mean PSNR of each: {e(listed or 'n/a')}; an "
+                     f"all-{e(blank['floor']['image'])} image alone: {_num(blank['floor']['psnr'])}, SSIM "
+                     f"{_num(blank['floor']['ssim'])}). The reconstructions are "
+                     f"{'above it' if above >= MARGIN_DB else 'not above it'} ({above:+.2f} dB from their floors on "
+                     f"average; PSNR counts only {MARGIN_DB:g} dB above it).</p>")
     best = m.paper_best_match
     if best and best.get("psnr"):
         parts.append(f"<p>For comparison with FedLeak's tables ({e(conventions.get('paper_best_match', ''))}): "

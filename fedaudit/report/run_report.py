@@ -20,7 +20,7 @@ from fedaudit.report.types import Band, Gate, parse
 
 # report.json's schema version (its own line: "1" was the untyped record before 0.3.0); the rules of
 # docs/schema/README.md apply: the major number changes when a field is removed, renamed or changes type.
-REPORT_SCHEMA_VERSION = "2.0"
+REPORT_SCHEMA_VERSION = "2.1"
 
 
 @dataclass
@@ -53,6 +53,7 @@ class MeasuredIdentification:
     of: int | None
     firm: int | None
     possible: int | None
+    views: list[int] | None  # identified in each view: the image, then its four one-pixel shifts
     nulls: dict[str, Any] | None
     band: Band | None
     chance: float | None
@@ -75,6 +76,7 @@ class MeasuredBand:
     psnr: dict[str, Any] | None
     identification: dict[str, Any] | None
     why: str | None
+    narrow: str | None  # what would narrow a range of two levels or more (None when narrower)
     method: str | None
     level: float | None
 

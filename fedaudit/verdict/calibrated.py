@@ -7,16 +7,23 @@ recipe and defenses, attacked with the same attack, budget and restarts, and mea
 (fedaudit/jobs/proxies.py). What they measured is what this attack achieves on this model, recipe and batch size.
 
 Placement. Each run, the real one and each proxy, also has the rule's truth-free score (fedaudit/verdict/estimate.py:
-gradient distance against blank and random images, restart agreement, structure, in dB of predicted PSNR):
+gradient distance against blank and random images, restart agreement, structure, in dB of predicted PSNR). Scores
+closer than the rule's residual standard deviation (``residual_std_db``, 1.3 dB on its fitting runs) do not order
+runs, so the real run lies *among* the proxies while its score is within that tolerance of their span:
 
-* **point**: the proxies' median measured point (the upper median for an even count) while the real run's score lies
-  among theirs (scores a few tenths of a dB apart do not order runs: the rule's residual is 1.3 dB); the highest
-  proxy's point when it scores above them all, the lowest's when below;
-* **range**: from the lowest lower end to the highest upper end the proxies measured; where the real run's score lies
-  outside the proxies' scores (its evidence is unlike any proxy's), the range also takes in the rule's own range at
-  that score, since no proxy vouches for it;
+* **point**: the proxies' median measured point (the upper median for an even count) while the real run lies among
+  them; the highest proxy's point when it scores above them all (beyond the tolerance), the lowest's when below;
+* **range**: from the lowest lower end to the highest upper end the proxies measured; where the real run scores
+  above every proxy beyond the tolerance (its evidence explains its update better than any proxy's), the upper end
+  also takes in the rule's own upper end at that score, since no proxy vouches for it; below them all, the lower end
+  takes in the rule's lower end (the proxies' upper ends still bound it: a run that explains its update worse than
+  every proxy is no reason to raise the bound);
 * **confidence**: the share of proxies whose measured point equals the estimate's, ``p_higher`` the share above
   it, both Laplace-smoothed ((k + 1) / (P + 2)): with three proxies that agree, 0.8.
+
+Before issue 86 any score outside the proxies' span, by however little, took in the rule's whole range at both ends:
+73% of the transfer benchmark's runs lay outside three proxies' scores, and a third of all ranges spanned the whole
+scale. ``placement="envelope"`` reads the old way (benchmarks/verdict_transfer.py compares the two).
 
 Gating on the upper end (the default, ``--gate upper``) fails a run when any proxy, or the rule out of the proxies'
 span, shows the level: a false alarm is the cheap error.
@@ -27,34 +34,48 @@ from __future__ import annotations
 from typing import Any
 
 from fedaudit.metrics.risk import BANDS
+from fedaudit.verdict.estimate import FIT
 
 
 def _level(band: str) -> int:
     return BANDS.index(band)
 
 
-def calibrated(rule: dict[str, Any], proxies: list[dict[str, Any]]) -> dict[str, Any]:
+PLACEMENTS = ("tolerant", "envelope")  # the default first; "envelope": before issue 86 (module docstring)
+
+
+def calibrated(rule: dict[str, Any], proxies: list[dict[str, Any]], tolerance_db: float | None = None,
+               placement: str = "tolerant") -> dict[str, Any]:
     """The calibrated estimate from the real run's rule estimate ``rule`` and the proxies' records (each with
     ``measured``: {"band", "range"} and ``score_db``); ``rule`` when no proxy was measured. The rule's caveats
-    (a label reading near a guess) carry over: the proxies were given their labels, so they cannot see that."""
+    (a label reading near a guess) carry over: the proxies were given their labels, so they cannot see that.
+    ``tolerance_db``: how far apart scores must be to order runs (default: the rule's residual standard deviation)."""
+    if placement not in PLACEMENTS:
+        raise ValueError(f"placement must be one of {', '.join(PLACEMENTS)}, got {placement!r}")
     measured = [p for p in proxies if p.get("measured") and p.get("score_db") is not None]
     if not measured or rule.get("score_db") is None:
         return rule
+    tol = 0.0 if placement == "envelope" else (FIT["residual_std_db"] if tolerance_db is None else tolerance_db)
     s = float(rule["score_db"])
     scores = [p["score_db"] for p in measured]
     points = sorted((p["measured"]["band"] for p in measured), key=_level)
-    if s > max(scores):  # the real run explains its update better than every proxy did
-        point, where = points[-1], "above every proxy's score: the rule's range is included"
-    elif s < min(scores):
-        point, where = points[0], "below every proxy's score: the rule's range is included"
+    above, below = s > max(scores) + tol, s < min(scores) - tol
+    if above:  # the real run explains its update better than every proxy did
+        point, where = points[-1], "above every proxy's score: the rule's upper end is included"
+    elif below:
+        point, where = points[0], "below every proxy's score: the rule's lower end is included"
     else:
-        point, where = points[len(points) // 2], f"between the proxies' scores ({min(scores):.1f}-{max(scores):.1f} dB)"
+        point, where = points[len(points) // 2], (f"among the proxies' scores ({min(scores):.1f}-{max(scores):.1f} dB, "
+                                                  f"within {tol:.1f} dB)")
     lower = min((p["measured"]["range"][0] for p in measured), key=_level)
     upper = max((p["measured"]["range"][1] for p in measured), key=_level)
-    outside = s > max(scores) or s < min(scores)
-    if outside:
+    if placement == "envelope" and (above or below):
         lower = min(lower, rule["range"][0], key=_level)
         upper = max(upper, rule["range"][1], key=_level)
+    elif above:
+        upper = max(upper, rule["range"][1], key=_level)
+    elif below:
+        lower = min(lower, rule["range"][0], key=_level)
     lower = min(lower, point, key=_level)
     upper = max(upper, point, key=_level)
     n = len(measured)
@@ -67,7 +88,7 @@ def calibrated(rule: dict[str, Any], proxies: list[dict[str, Any]]) -> dict[str,
                     f"measured {', '.join(_band_text(p['measured']) for p in measured)}; this run's evidence "
                     f"(rule score {s:.1f} dB) is {where}"),
             "rule": {key: rule.get(key) for key in ("band", "range", "confidence", "p_higher", "score_db")},
-            "outside_proxies": outside, **({"caveats": rule["caveats"]} if rule.get("caveats") else {})}
+            "outside_proxies": above or below, **({"caveats": rule["caveats"]} if rule.get("caveats") else {})}
 
 
 def _band_text(measured: dict[str, Any]) -> str:
