@@ -69,3 +69,25 @@ def test_init_checkpoint_is_seeded(cli, tmp_path):
     assert (tmp_path / "a.safetensors").read_bytes() == (tmp_path / "b.safetensors").read_bytes()
     res = cli("init-checkpoint", "resnet10", "--arch-kwargs", "{width: 4}", "-o", tmp_path / "c.safetensors", expect=2)
     assert_one_error_line(res.stderr, "--arch-kwargs is not valid JSON")
+
+
+def test_a_flower_round_of_a_torchvision_resnet18_keeps_every_shape(cli, tmp_path):
+    """Issue 90: np.ascontiguousarray made each 0-d BatchNorm buffer (num_batches_tracked) shape [1], so every
+    BatchNorm model's import exited 0 and then failed `inspect`. A ResNet-18 client's weights, as a Flower client
+    sends them (0-d arrays included), import with every shape and inspect cleanly; the writer keeps them too."""
+    from fedaudit.io.flower import read_npz_list, write_npz
+
+    ckpt = tmp_path / "r18.safetensors"
+    cli("init-checkpoint", "torchvision.resnet18", "-o", ckpt, "--input-shape", "3,32,32", "-q")
+    model = load_checkpoint(ckpt).model
+    local = [v.numpy() + (0.01 if v.is_floating_point() else 2) for v in model.state_dict().values()]
+    assert any(np.ndim(a) == 0 for a in local)
+    np.savez(tmp_path / "fit.npz", *local)
+    out = tmp_path / "u.safetensors"
+    cli("import", "flower-npz", tmp_path / "fit.npz", "-c", ckpt, "-o", out, "--lr", "0.05", "-k", "2", "-b", "4",
+        "--bn-mode", "train", "-q")
+    tm = load_threat_model(ckpt, out)
+    assert tm.meta.source["framework"] == "flwr"
+    cli("inspect", ckpt, out)
+    write_npz(tmp_path / "again.npz", local)
+    assert [np.shape(a) for a in read_npz_list(tmp_path / "again.npz")] == [np.shape(a) for a in local]

@@ -73,7 +73,8 @@ def name_arrays(arrays: list[np.ndarray], model: nn.Module, order: str) -> dict[
                              f"is {list(ref[name].shape)}")
         if arr.dtype.kind not in "fiub":
             raise InputError(f"array {i} ({name!r}) has non-numeric dtype {arr.dtype}")
-        t = torch.from_numpy(np.ascontiguousarray(arr))
+        # np.require keeps a 0-d array 0-d (BatchNorm's num_batches_tracked); np.ascontiguousarray made it shape [1]
+        t = torch.from_numpy(np.require(arr, requirements="C"))
         if ref[name].is_floating_point():  # parameters and float buffers: floats, finite, in the model's precision
             if arr.dtype.kind != "f":
                 raise InputError(f"array {i} ({name!r}) is {arr.dtype}, but that tensor is floating point")
@@ -113,4 +114,4 @@ def write_npz(path: str | Path, arrays: list[np.ndarray]) -> None:
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as zf:
         for i, arr in enumerate(arrays):
             with zf.open(zipfile.ZipInfo(f"arr_{i}.npy", date_time=(1980, 1, 1, 0, 0, 0)), "w") as fh:
-                np.lib.format.write_array(fh, np.ascontiguousarray(arr), allow_pickle=False)
+                np.lib.format.write_array(fh, np.require(arr, requirements="C"), allow_pickle=False)
