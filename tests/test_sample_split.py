@@ -99,3 +99,30 @@ def test_split_loss_reads_the_nearest_vertex_in_one_pass_over_the_classes():
         every_vertex = ((q[:, :, None, :] - split.eye) ** 2).sum(-1).min(-1).values.sum(-1)
         assert torch.isfinite(loss).all()
         assert torch.allclose(loss, every_vertex, rtol=1e-12, atol=1e-12)
+
+
+def test_a_start_gone_non_finite_is_one_failed_start_not_the_end_of_the_search():
+    """Issue 90: on an AMD CPU one start's step overflowed, its features went NaN and svdvals raised ('input matrix
+    contained non-finite values') through `auto`. A non-finite start now scores infinite and the others go on; a
+    non-finite gradient leaves its start where it was."""
+    from fedaudit.labels.sample_split import _Split
+
+    gen = torch.Generator().manual_seed(0)
+    b, c, m = 3, 5, 7
+    g = torch.randn(c, m + 1, generator=gen, dtype=torch.float64)
+    split = _Split(g, torch.randn(c, m + 1, generator=gen, dtype=torch.float64), b, None, None)
+    a = torch.randn(4, b, b, generator=gen, dtype=torch.float64)
+    a[1, 0, 0] = float("nan")
+    a[2, 1, 0] = float("inf")
+    loss, _ = split.loss(a)
+    assert torch.isinf(loss[1]) and torch.isinf(loss[2]) and torch.isfinite(loss[[0, 3]]).all()
+    real = split.loss
+
+    def overflowing(a, y=None):  # start 0's gradient overflows: a finite loss, a NaN derivative
+        loss, q = real(a, y)
+        poison = torch.sqrt(0 * a[0].sum())  # 0, with derivative 0 * inf = NaN
+        return loss + torch.where(torch.arange(len(loss)) == 0, poison, 0), q
+
+    split.loss = overflowing
+    fitted = split.fit(a[[0, 3]], steps=5, lr=0.05)
+    assert torch.isfinite(fitted).all()

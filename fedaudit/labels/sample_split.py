@@ -74,8 +74,14 @@ class _Split:
         # happens on some CPUs and not others)
         x, info = torch.linalg.solve_ex(a.transpose(-1, -2), self.su.expand(a.shape[0], self.b, self.c))
         with torch.no_grad():  # singular to working precision (numpy's matrix_rank tolerance): LU may not see an
-            s = torch.linalg.svdvals(a.detach())  # exact zero pivot there, and returns a huge, meaningless split
+            # exact zero pivot there, and returns a huge, meaningless split. A start gone non-finite (a step whose
+            # gradient overflowed; on some CPUs, issue 90) has no split either: svdvals refuses non-finite input, so
+            # it reads an identity in its place and is marked failed
+            finite = torch.isfinite(a.detach()).flatten(-2).all(-1)
+            eye = torch.eye(a.shape[-2], a.shape[-1], dtype=a.dtype, device=a.device)
+            s = torch.linalg.svdvals(torch.where(finite[..., None, None], a.detach(), eye))
             info = torch.where(s[..., -1] <= s[..., 0] * a.shape[-1] * torch.finfo(a.dtype).eps, 1, info)
+            info = torch.where(finite, info, 1)
         e = self.b * x
         q = p - e
         if y is None:  # squared distance of each row to its nearest vertex e_k of the simplex:
@@ -102,6 +108,10 @@ class _Split:
             loss, _ = self.loss(a, y)
             opt.zero_grad()
             torch.where(torch.isfinite(loss), loss, 0).sum().backward()
+            assert a.grad is not None
+            # a finite loss can still have a non-finite gradient (a start near singular): that start stays where it
+            # is rather than poisoning itself with NaN (which float rounding decides, so only on some CPUs)
+            a.grad = torch.where(torch.isfinite(a.grad), a.grad, 0)
             opt.step()
         return a.detach()
 
