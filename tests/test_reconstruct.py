@@ -161,6 +161,23 @@ def test_ctrl_c_writes_the_best_so_far(cli, tmp_path, monkeypatch):
     assert json.loads(res.stdout)["status"] == "interrupted"
 
 
+def test_a_run_stopped_early_is_marked_unfinished_in_its_bands(cli, tmp_path, monkeypatch):
+    """Issue 90: SIGTERM at iteration 6 of 400 wrote 'low, range low .. low', confidence 0.96. An unfinished run keeps
+    its point but opens its range upward, caps its confidence at a uniform guess's, and says so."""
+    _interrupt_ig_at(monkeypatch, 6)
+    ckpt, upd, truth = sample("lenet_b1")
+    res = cli("reconstruct", "ig", ckpt, upd, "-o", tmp_path / "out", "--truth", truth, "-n", "400", "--proxies", "0",
+              "-q", expect=130)
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    verdict, m = report["evidence"]["verdict"], report["metrics"]
+    assert verdict["range"][1] == "very_high" and verdict["confidence"] <= 0.25
+    assert any("stopped after 6 of 400 iterations" in c for c in verdict["caveats"])
+    assert m["risk_band_range"][1] == "very_high" and "unfinished" in m["band"]["narrow"]
+    assert any("unfinished" in w for w in report["attack"]["warnings"])
+    summary = json.loads(res.stdout)
+    assert summary["risk_band_estimated_range"][1] == "very_high" and summary["risk_band_estimated_confidence"] <= 0.25
+
+
 @pytest.mark.slow
 def test_sigint_in_a_real_process(tmp_path):
     ckpt, upd, truth = sample("lenet_b1")

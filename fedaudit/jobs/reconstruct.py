@@ -40,6 +40,7 @@ from fedaudit.report.types import Identification, ReconstructSummary, build, par
 from fedaudit.report.write import comparison_grid, write_report
 from fedaudit.session import Session
 from fedaudit.threat_model import ThreatModel
+from fedaudit.verdict import unfinished
 from fedaudit.verdict.calibrated import calibrated
 from fedaudit.verdict.channels import channel_evidence
 from fedaudit.verdict.estimate import estimate
@@ -346,6 +347,11 @@ class ReconstructJob:
         if report.evidence.proxies and report.evidence.proxies.interrupted:
             report.status = "interrupted"  # Ctrl-C while the proxies ran: the run is kept, the exit says so
         verdict = report.evidence.verdict
+        budget = s["iterations"] * s["restarts"]
+        if result.interrupted and verdict.band is not None:  # fedaudit/verdict/unfinished.py
+            verdict.range = unfinished.opened(verdict.range)
+            verdict.confidence = unfinished.capped(verdict.confidence)
+            verdict.caveats = [*verdict.caveats, unfinished.note(result.iterations_run, budget)]
         report.risk_band_estimated = verdict.band
         report.risk_band_estimated_range = verdict.range
         report.risk_band_estimated_confidence = verdict.confidence
@@ -362,6 +368,10 @@ class ReconstructJob:
                 metrics["features"] = feature_recovery(
                     tensors["features"], true_f, result.labels, truth.labels.tolist() if truth.labels is not None else None)
             report.metrics = parse(Measured, metrics) if metrics else None
+            m = report.metrics
+            if result.interrupted and m is not None and m.band is not None:  # measured on unfinished images
+                m.risk_band_range = m.band.range = unfinished.opened(m.band.range)
+                m.band.narrow = unfinished.note(result.iterations_run, budget)
         report.fail_on_band = fail_on_band(report.metrics, verdict, self.gate)
         return ReconstructResult(report, images, tensors, result, proxies)
 
@@ -377,6 +387,8 @@ class ReconstructJob:
         if s.get("iterations_capped"):
             warnings.append(f"iterations capped at {s['iterations']} by {s['iterations_capped']}: a smoke run, not a verdict")
         default = self.attack_cls.defaults["iterations"]
+        if result.interrupted and result.iterations_run < s["iterations"] * s["restarts"]:
+            warnings.append(unfinished.note(result.iterations_run, s["iterations"] * s["restarts"]))
         if s["iterations"] < SHORT_BUDGET * default:
             warnings.append(f"{s['iterations']} iterations is under {SHORT_BUDGET:.0%} of {self.attack}'s default "
                             f"({default}): a low band from so short a run shows little about leakage")
