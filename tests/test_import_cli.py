@@ -91,3 +91,60 @@ def test_a_flower_round_of_a_torchvision_resnet18_keeps_every_shape(cli, tmp_pat
     cli("inspect", ckpt, out)
     write_npz(tmp_path / "again.npz", local)
     assert [np.shape(a) for a in read_npz_list(tmp_path / "again.npz")] == [np.shape(a) for a in local]
+
+
+def test_a_plain_training_loops_gradient_and_delta_import_and_audit(cli, tmp_path, lenet_ckpt, cifar):
+    """Issue 87/90: a reviewer's loop saves {name: param.grad} or new - old with safetensors.torch.save_file, no
+    fedaudit metadata. Written exactly as docs/usage.md shows, both import and audit; without the import, the
+    error names the command."""
+    from safetensors.torch import save_file
+
+    ck = load_checkpoint(lenet_ckpt)
+    x, y, _ = cifar
+    model, loss_fn = ck.model, torch.nn.CrossEntropyLoss()
+    images = (x[:2] - torch.tensor(ck.spec.mean).view(1, -1, 1, 1)) / torch.tensor(ck.spec.std).view(1, -1, 1, 1)
+    # --- as in docs/usage.md: one step's gradients ---
+    model.zero_grad()
+    loss_fn(model(images), y[:2]).backward()
+    save_file({name: p.grad.detach().contiguous() for name, p in model.named_parameters()}, tmp_path / "grads.safetensors")
+    # --- as in docs/usage.md: two local SGD steps' change of the weights ---
+    old = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    for i in range(2):
+        opt.zero_grad()
+        loss_fn(model(images[i:i + 1]), y[i:i + 1]).backward()
+        opt.step()
+    save_file({k: (v - old[k]).contiguous() for k, v in model.state_dict().items()}, tmp_path / "delta.safetensors")
+
+    res = cli("inspect", lenet_ckpt, tmp_path / "grads.safetensors", expect=2)
+    assert_one_error_line(res.stderr, "fedaudit import update")
+    cli("import", "update", tmp_path / "grads.safetensors", "-c", lenet_ckpt, "-o", tmp_path / "g.safetensors",
+        "--kind", "gradient", "-b", "2", "-q")
+    cli("import", "update", tmp_path / "delta.safetensors", "-c", lenet_ckpt, "-o", tmp_path / "d.safetensors",
+        "--kind", "delta", "-b", "1", "-k", "2", "--lr", "0.05", "-q")
+    g = load_threat_model(lenet_ckpt, tmp_path / "g.safetensors")
+    assert g.meta.source["framework"] == "pytorch" and g.batch_size == 2
+    d = load_threat_model(lenet_ckpt, tmp_path / "d.safetensors")
+    assert d.meta.kind == "delta" and d.meta.local_steps == 2
+    res = cli("labels", "idlg", lenet_ckpt, tmp_path / "g.safetensors", expect=None)
+    assert res.exit_code in (0, 2)  # iDLG reads B = 1 only: a clean answer either way, never a traceback
+    cli("reconstruct", "ig", lenet_ckpt, tmp_path / "g.safetensors", "-o", tmp_path / "out", "-n", "5",
+        "--proxies", "0", "-q")
+    # the recipe the save cannot carry is named
+    res = cli("import", "update", tmp_path / "delta.safetensors", "-c", lenet_ckpt, "-o", tmp_path / "x.safetensors",
+              "--kind", "delta", "-b", "1", "-k", "2", expect=2)
+    assert_one_error_line(res.stderr, "--lr")
+    save_file({"fc9.weight": torch.zeros(3)}, tmp_path / "other.safetensors")
+    res = cli("import", "update", tmp_path / "other.safetensors", "-c", lenet_ckpt, "-o", tmp_path / "y.safetensors",
+              "-b", "1", expect=2)
+    assert_one_error_line(res.stderr, "not in the checkpoint's model")
+
+
+def test_a_plain_state_dict_given_as_a_checkpoint_names_the_import(cli, tmp_path, lenet_ckpt):
+    """Issue 90: a raw state_dict said "metadata fedaudit.input_shape is missing", with no pointer to the importer."""
+    from safetensors.torch import save_file
+
+    save_file({k: v.contiguous() for k, v in load_checkpoint(lenet_ckpt).model.state_dict().items()},
+              tmp_path / "state.safetensors")
+    res = cli("inspect", tmp_path / "state.safetensors", tmp_path / "state.safetensors", expect=2)
+    assert_one_error_line(res.stderr, "fedaudit import checkpoint")

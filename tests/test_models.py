@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 
@@ -69,6 +71,23 @@ def test_custom_factory_needs_opt_in():
         build_model(spec)
     model = build_model(spec, allow_custom=True)
     assert model(torch.rand(3, 1, 8, 8)).shape == (3, 4)
+
+
+def test_a_custom_factory_is_found_by_file_path_or_in_the_current_folder(tmp_path, monkeypatch):
+    """Issue 90: '--arch mymodule:make' said "No module named 'mymodule'" from the folder that holds it (the fedaudit
+    script's path does not include the current folder). Now a file path works, and so does a module beside you."""
+    (tmp_path / "mymodel.py").write_text("from torch import nn\n\n\ndef make(num_classes, input_shape):\n"
+                                         "    c, h, w = input_shape\n"
+                                         "    return nn.Sequential(nn.Flatten(), nn.Linear(c * h * w, num_classes))\n")
+    by_path = build_model(ModelSpec(f"{tmp_path / 'mymodel.py'}:make", 3, (1, 4, 4), (0.5,), (0.5,)), allow_custom=True)
+    assert by_path(torch.rand(2, 1, 4, 4)).shape == (2, 3)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "mymodel", raising=False)
+    beside = build_model(ModelSpec("mymodel:make", 3, (1, 4, 4), (0.5,), (0.5,)), allow_custom=True)
+    assert beside(torch.rand(2, 1, 4, 4)).shape == (2, 3)
+    assert str(tmp_path) not in sys.path  # the current folder is on the path only while the module is imported
+    with pytest.raises(InputError, match="not a file"):
+        build_model(ModelSpec(f"{tmp_path / 'absent.py'}:make", 3, (1, 4, 4), (0.5,), (0.5,)), allow_custom=True)
 
 
 def test_bad_model_options_are_input_errors():

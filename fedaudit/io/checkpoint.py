@@ -161,6 +161,9 @@ def load_checkpoint(path: str | Path, allow_custom_arch: bool = False) -> Checkp
     meta = Meta(raw, source)
     if meta.str("file") == "update":
         raise InputError(f"{source} is a recorded update, not a checkpoint (arguments swapped?)")
+    if tensors and not any(k.startswith("fedaudit.") for k in raw):  # a plain state_dict: say how to bring it in
+        raise InputError(f"{source} has no fedaudit metadata (a plain state_dict?): import it with 'fedaudit import "
+                         f"checkpoint {str(path)} --arch NAME -o checkpoint.safetensors' (docs/usage.md)")
     spec = read_spec(meta)
     check_spec(spec, source, allow_custom_arch)
     model = build_model(spec, allow_custom=allow_custom_arch)

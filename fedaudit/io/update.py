@@ -122,6 +122,10 @@ class RecordedUpdate:
 
 def load_update(path: str | Path) -> RecordedUpdate:
     tensors, raw = read_safetensors(path, "update")
+    if tensors and not any(k.startswith("fedaudit.") for k in raw):  # a plain save: say how to bring it in
+        raise InputError(f"update {str(path)!r} has no fedaudit metadata (a plain save of gradients or a weight "
+                         f"change?): import it with 'fedaudit import update {str(path)} -c CHECKPOINT -o "
+                         "update.safetensors --kind gradient|delta -b B [-k K --lr LR]' (docs/usage.md)")
     meta = read_update_meta(Meta(raw, f"update {str(path)!r}"))
     if not tensors:
         raise InputError(f"update {str(path)!r} holds no tensors")

@@ -4,7 +4,11 @@ or ``module:factory`` (a user's own code, imported only with ``--allow-custom-ar
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
+import os
+import sys
+from pathlib import Path
 from typing import Callable
 
 from torch import nn
@@ -20,13 +24,31 @@ def is_custom_arch(arch: str) -> bool:
 
 
 def _custom_factory(arch: str) -> Callable[..., nn.Module]:
-    module_name, _, attr = arch.partition(":")
+    """The factory ``module:factory`` names: ``path/to/file.py:make`` loads that file; a module name is looked up on
+    Python's path with the current folder first (the ``fedaudit`` script's own path does not hold it, so a module
+    beside the user's files was "not found"). Only with --allow-custom-arch (build_model)."""
+    module_name, _, attr = arch.rpartition(":")
     if not module_name or not attr:
-        raise InputError(f"custom architecture must look like 'module:factory', got {arch!r}")
+        raise InputError(f"custom architecture must look like 'module:factory' or 'path/to/file.py:factory', got {arch!r}")
     try:
-        module = importlib.import_module(module_name)
+        if module_name.endswith(".py"):
+            path = Path(module_name)
+            if not path.is_file():
+                raise InputError(f"architecture {arch!r}: {module_name!r} is not a file")
+            spec = importlib.util.spec_from_file_location(f"fedaudit_custom_{path.stem}", path)
+            if spec is None or spec.loader is None:
+                raise InputError(f"architecture {arch!r}: cannot load {module_name!r} as Python")
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+        else:
+            sys.path.insert(0, os.getcwd())
+            try:
+                module = importlib.import_module(module_name)
+            finally:
+                sys.path.remove(os.getcwd())
     except ImportError as exc:
-        raise InputError(f"cannot import module {module_name!r} for architecture {arch!r}: {exc}") from None
+        raise InputError(f"cannot import module {module_name!r} for architecture {arch!r} (looked in the current "
+                         f"folder and on Python's path; or give 'path/to/file.py:{attr}'): {exc}") from None
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise InputError(f"{module_name!r} has no callable {attr!r}")

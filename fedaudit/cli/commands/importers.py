@@ -56,6 +56,53 @@ def flower_npz(
     emit_json({"update": str(output), "tensors": len(tensors), "kind": kind.value, "order": order})
 
 
+@import_app.command("update")
+@handle_errors
+def update_cmd(
+    save: Annotated[Path, typer.Argument(help="A plain safetensors save: {name: param.grad} or new_state - old_state.",
+                                         show_default=False)],
+    checkpoint: Annotated[Path, typer.Option("--checkpoint", "-c", help="The round's global checkpoint (the model the "
+                                                                        "names belong to).", show_default=False)],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Recorded update to write.", show_default=False)],
+    kind: Annotated[Kind, typer.Option("--kind", help="What the tensors are: gradient (param.grad), delta "
+                                                     "(new - old) or weights (the new state).")] = Kind.gradient,
+    batch_size: Annotated[Optional[int], typer.Option("--batch-size", "-b", help="Images per local step.",
+                                                      show_default=False)] = None,
+    local_steps: Annotated[int, typer.Option("--local-steps", "-k", help="Local SGD steps (delta, weights).")] = 1,
+    lr: Annotated[Optional[float], typer.Option("--lr", help="Client learning rate (delta, weights).",
+                                                show_default=False)] = None,
+    delta_sign: Annotated[Sign, typer.Option("--delta-sign", help="For a delta: local_minus_global or "
+                                                                  "global_minus_local.")] = Sign.local_minus_global,
+    reduction: Annotated[str, typer.Option("--reduction", help="For a gradient: mean or sum over the batch.")] = "mean",
+    bn_mode: Annotated[Optional[BNMode], typer.Option("--bn-mode", help="BatchNorm mode of local training, if known.",
+                                                      show_default=False)] = None,
+    momentum: Annotated[float, typer.Option("--momentum", help="SGD momentum of local training.")] = 0.0,
+    weight_decay: Annotated[float, typer.Option("--weight-decay", help="SGD weight decay of local training.")] = 0.0,
+    force: ForceOpt = False,
+    quiet: QuietOpt = False,
+    allow_custom_arch: AllowCustomArchOpt = False,
+) -> None:
+    """Import a plain PyTorch save (no fedaudit metadata) as a recorded update, the recipe given here.
+
+    Example: fedaudit import update grads.safetensors -c ckpt.safetensors -o update.safetensors --kind gradient -b 8
+    """
+    from fedaudit.io.checkpoint import load_checkpoint
+    from fedaudit.io.plain_update import plain_update
+    from fedaudit.io.update import save_update
+
+    refuse_existing(output, force)
+    if reduction not in ("mean", "sum"):
+        raise InputError("--reduction must be mean or sum")
+    ckpt = load_checkpoint(checkpoint, allow_custom_arch=allow_custom_arch)
+    tensors, meta = plain_update(save, ckpt.model, ckpt.sha256, kind=kind.value, batch_size=batch_size,
+                                 local_steps=local_steps, lr=lr, delta_sign=delta_sign.value, reduction=reduction,
+                                 bn_mode=bn_mode.value if bn_mode else None, momentum=momentum,
+                                 weight_decay=weight_decay)
+    save_update(output, tensors, meta)
+    info_line(f"imported {len(tensors)} tensors as a {kind.value} update -> {output}", quiet)
+    emit_json({"update": str(output), "tensors": len(tensors), "kind": kind.value})
+
+
 @import_app.command("checkpoint")
 @handle_errors
 def checkpoint_cmd(
