@@ -27,6 +27,7 @@ from fedaudit.cli.commands import (
     train_inverter,
 )
 from fedaudit.cli.console import error_line
+from fedaudit.cli.examples import add_examples
 from fedaudit.errors import EXIT_INPUT, EXIT_INTERRUPTED
 
 EPILOG = ("Exit codes: 0 ok, 1 leakage at or above --fail-on, 2 bad input or usage, 3 runtime failure, "
@@ -59,6 +60,7 @@ def make_app() -> typer.Typer:
     for module in (models, inspect, labels, reconstruct, defend, audit, audit_round, capture, importers, init_checkpoint, score,
                    lpips_export, train_inverter, train_critic, aux):
         module.register(app)
+    add_examples(app)
     return app
 
 
