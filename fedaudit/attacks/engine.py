@@ -26,6 +26,7 @@ from fedaudit.attacks.objectives import reference_norm, row_norms
 from fedaudit.conversion import gradient_scale
 from fedaudit.models.attention import differentiable_attention
 from fedaudit.models.normalize import normalize
+from fedaudit.models.smooth_twins import with_smooth_twins
 from fedaudit.threat_model import ThreatModel
 
 
@@ -64,7 +65,9 @@ class GradientEngine:
         self.tm = tm
         self.spec = tm.spec
         self.device = torch.device(device)
-        model = tm.model.to(self.device)
+        # layers without a second derivative (Hardswish, Hardsigmoid) are swapped for smooth twins in a copy: the
+        # attack's model only (fedaudit/models/smooth_twins.py); ``smoothed`` says which, for the report
+        model, self.smoothed = with_smooth_twins(tm.model.to(self.device))
         self.model = model
         self.params = {k: p.detach() for k, p in model.named_parameters()}
         self.buffers = {k: b.detach() for k, b in model.named_buffers()}

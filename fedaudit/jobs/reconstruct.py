@@ -31,6 +31,7 @@ from fedaudit.labels.base import samples_in_update
 from fedaudit.metrics.evaluate import evaluate_images
 from fedaudit.metrics.features import feature_recovery
 from fedaudit.metrics.risk import GATES
+from fedaudit.models import smooth_twins
 from fedaudit.models.head import output_layer_io
 from fedaudit.report.document import new_report
 from fedaudit.report.label_lines import summary_line
@@ -341,6 +342,9 @@ class ReconstructJob:
         report.labels = label_report
         report.channels = {"bn_statistics": {**bn_statistics.availability(tm), "attack_prior": attack.bn_usage}}
         report.attack = self.attack_run(result)
+        smoothed = getattr(getattr(attack, "engine", None), "smoothed", None)
+        if smoothed:  # the attack's model differs from the client's here (fedaudit/models/smooth_twins.py)
+            report.attack.warnings.append(smooth_twins.note(smoothed))
         tensors = result.extras.get("tensors", {})
         images = result.images.cpu()
         report.evidence, proxies = self.evidence(attack, result, report)
