@@ -86,7 +86,7 @@ FAMILY_MODELS = {"vit-tiny": ("vit-tiny", 32, False, {}), "flower-cnn": ("flower
 ALL_MODELS = {**MODELS, **GAP_MODELS, **FAMILY_MODELS}
 FAMILY_SOURCES = ("cifar100", "uci", "cifar10", "faces")
 FAMILY_ATTACKS = (("ig", 300, None), ("ig", 1000, None), ("dlg", 300, None), ("fedleak", 200, 0.03), ("hfgi", 300, None))
-FAMILY_DEFENSES = ("prune:0.99:scope=global", "topk:0.01", "dp:clip=1:sigma=0.01", "quantize:4")
+FAMILY_DEFENSES = ("prune:0.99:scope=global", "topk-sparsify:0.01", "dp:clip=1:sigma=0.01", "quantize:4")
 FAMILY_SIZES = (1, 2, 8)
 FAMILY_IDS = 2000
 SOURCES = ("cifar10", "imagenet", "mnist", "faces")
@@ -367,9 +367,10 @@ def table(rows: list[dict]) -> str:
                   "rows, with two baselines:", ""]
     placed = replaced(ok)
     estimators = [("estimate", "calibrated on proxies (as run)")]
-    if any("placed_envelope" in r for r in placed):  # rows that kept their proxies' records: both placements
-        estimators += [("placed_envelope", "calibrated, envelope placement (before)"),
-                       ("placed_tolerant", "calibrated, tolerant placement (now)")]
+    if any("placed_envelope" in r for r in placed):  # rows that kept their proxies' records: every placement
+        estimators += [("placed_envelope", "calibrated, envelope placement (before issue 86)"),
+                       ("placed_tolerant", "calibrated, tolerant placement (both sides)"),
+                       ("placed_one-sided", "calibrated, one-sided placement (the default)")]
     lines += sharpness_table(placed, estimators + [("rule", "frozen rule with its range"),
                                                    ("constant", "baseline: always low [low .. very high]")])
     for key, name in (("estimate", "Calibrated on proxies"), ("rule", "Old frozen rule")):

@@ -36,21 +36,22 @@ def test_the_real_run_is_placed_among_its_proxies():
     assert with_caveat["caveats"] == ["labels near a guess"]  # the proxies, given their labels, cannot see it
 
 
-def test_a_score_just_outside_the_proxies_is_among_them_and_outside_widens_one_end_only():
+def test_a_score_just_below_the_proxies_is_among_them_and_outside_widens_one_end_only():
     """Issue 86: any score outside the proxies' span took in the rule's whole range at both ends (73% of the transfer
     runs lay outside three proxies; a third of all ranges were the whole scale). Scores closer than the rule's
-    residual (1.3 dB) do not order runs; a run far outside widens only the end it lies beyond."""
+    residual (1.3 dB) do not order runs, but only below the proxies: any score above them keeps the rule's upper end
+    (a tolerance there under-reported 2 of 32 held-out runs). A run outside widens only the end it lies beyond."""
     proxies = [proxy(0, "low", "low", "low", 11.0), proxy(1, "low", "low", "medium", 12.0)]
-    wide_rule = {**RULE, "score_db": 12.8, "range": ["low", "very_high"]}
-    near = calibrated(wide_rule, proxies)
-    assert near["range"] == ["low", "medium"] and not near["outside_proxies"]
-    old = calibrated(wide_rule, proxies, placement="envelope")  # the placement before
-    assert old["range"] == ["low", "very_high"] and old["outside_proxies"]
-    below = calibrated({**RULE, "score_db": 5.0, "range": ["low", "medium"]},
+    wide = {**RULE, "range": ["low", "very_high"]}
+    near_below = calibrated({**wide, "score_db": 10.2}, proxies)
+    assert near_below["range"] == ["low", "medium"] and not near_below["outside_proxies"]
+    assert calibrated({**wide, "score_db": 10.2}, proxies, placement="envelope")["range"] == ["low", "very_high"]
+    just_above = calibrated({**wide, "score_db": 12.3}, proxies)
+    assert just_above["range"] == ["low", "very_high"] and just_above["outside_proxies"]
+    assert calibrated({**wide, "score_db": 12.3}, proxies, placement="tolerant")["range"] == ["low", "medium"]
+    below = calibrated({**RULE, "score_db": 5.0, "range": ["low", "very_high"]},
                        [proxy(0, "medium", "medium", "high", 11.0), proxy(1, "high", "medium", "high", 12.0)])
     assert below["band"] == "medium" and below["range"] == ["low", "high"] and below["outside_proxies"]
-    far_above = calibrated({**RULE, "score_db": 20.0, "range": ["medium", "very_high"]}, proxies)
-    assert far_above["range"] == ["low", "very_high"]
 
 
 def test_a_converged_b1_photograph_without_truth_gates_fail_on_high(cli, tmp_path):

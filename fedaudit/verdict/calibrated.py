@@ -7,23 +7,23 @@ recipe and defenses, attacked with the same attack, budget and restarts, and mea
 (fedaudit/jobs/proxies.py). What they measured is what this attack achieves on this model, recipe and batch size.
 
 Placement. Each run, the real one and each proxy, also has the rule's truth-free score (fedaudit/verdict/estimate.py:
-gradient distance against blank and random images, restart agreement, structure, in dB of predicted PSNR). Scores
-closer than the rule's residual standard deviation (``residual_std_db``, 1.3 dB on its fitting runs) do not order
-runs, so the real run lies *among* the proxies while its score is within that tolerance of their span:
+gradient distance against blank and random images, restart agreement, structure, in dB of predicted PSNR):
 
 * **point**: the proxies' median measured point (the upper median for an even count) while the real run lies among
-  them; the highest proxy's point when it scores above them all (beyond the tolerance), the lowest's when below;
+  them; the highest proxy's point when it scores above them all, the lowest's when below;
 * **range**: from the lowest lower end to the highest upper end the proxies measured; where the real run scores
-  above every proxy beyond the tolerance (its evidence explains its update better than any proxy's), the upper end
-  also takes in the rule's own upper end at that score, since no proxy vouches for it; below them all, the lower end
-  takes in the rule's lower end (the proxies' upper ends still bound it: a run that explains its update worse than
-  every proxy is no reason to raise the bound);
+  above every proxy (its evidence explains its update better than any proxy's), the upper end also takes in the
+  rule's own upper end at that score, since no proxy vouches for it; below them all by more than the rule's residual
+  standard deviation (``residual_std_db``, 1.3 dB: closer scores do not order runs), the lower end takes in the
+  rule's lower end. Each widens only the end it lies beyond;
 * **confidence**: the share of proxies whose measured point equals the estimate's, ``p_higher`` the share above
   it, both Laplace-smoothed ((k + 1) / (P + 2)): with three proxies that agree, 0.8.
 
-Before issue 86 any score outside the proxies' span, by however little, took in the rule's whole range at both ends:
-73% of the transfer benchmark's runs lay outside three proxies' scores, and a third of all ranges spanned the whole
-scale. ``placement="envelope"`` reads the old way (benchmarks/verdict_transfer.py compares the two).
+The tolerance is one-sided (``placement="one-sided"``, the default) because a false "safe" is the costly error. Read on
+the same proxies (benchmarks/verdict_transfer.py, docs/results/verdict.md): before issue 86 (``"envelope"``) any score
+outside the proxies' span took in the rule's whole range at both ends; a tolerance on both sides (``"tolerant"``)
+halved the whole-scale ranges on the first grid's runs but under-reported 2 of 32 held-out runs (Flower's CNN at B = 2,
+a ResNet-10 under global pruning), each scoring a few tenths of a dB above its proxies.
 
 Gating on the upper end (the default, ``--gate upper``) fails a run when any proxy, or the rule out of the proxies'
 span, shows the level: a false alarm is the cheap error.
@@ -41,11 +41,11 @@ def _level(band: str) -> int:
     return BANDS.index(band)
 
 
-PLACEMENTS = ("tolerant", "envelope")  # the default first; "envelope": before issue 86 (module docstring)
+PLACEMENTS = ("one-sided", "tolerant", "envelope")  # the default first; "envelope": before issue 86 (docstring)
 
 
 def calibrated(rule: dict[str, Any], proxies: list[dict[str, Any]], tolerance_db: float | None = None,
-               placement: str = "tolerant") -> dict[str, Any]:
+               placement: str = "one-sided") -> dict[str, Any]:
     """The calibrated estimate from the real run's rule estimate ``rule`` and the proxies' records (each with
     ``measured``: {"band", "range"} and ``score_db``); ``rule`` when no proxy was measured. The rule's caveats
     (a label reading near a guess) carry over: the proxies were given their labels, so they cannot see that.
@@ -59,7 +59,10 @@ def calibrated(rule: dict[str, Any], proxies: list[dict[str, Any]], tolerance_db
     s = float(rule["score_db"])
     scores = [p["score_db"] for p in measured]
     points = sorted((p["measured"]["band"] for p in measured), key=_level)
-    above, below = s > max(scores) + tol, s < min(scores) - tol
+    # one-sided: the tolerance only where it cannot lower the upper end (a score a little below the proxies' is
+    # among them; any score above every proxy's keeps the rule's upper end: a false "safe" is the costly error)
+    above = s > max(scores) + (0.0 if placement == "one-sided" else tol)
+    below = s < min(scores) - tol
     if above:  # the real run explains its update better than every proxy did
         point, where = points[-1], "above every proxy's score: the rule's upper end is included"
     elif below:
