@@ -34,10 +34,41 @@ LONG = 600.0  # a run predicted (from its own pace after WARM_UP seconds) to tak
 WARM_UP = 2.0
 
 
-def predicted_total(elapsed: float, fraction: float) -> float | None:
-    """A run's whole time at its pace so far, once it has run ``WARM_UP`` seconds and done something (else None):
-    the one rule behind "predicted to take about N min" for attacks and label methods alike."""
-    return elapsed / fraction if elapsed >= WARM_UP and fraction > 0 else None
+class Pace:
+    """A run's pace measured after its warm-up, the one rule behind "predicted to take about N min" and the ETA of
+    every progress line, for attacks and label methods alike. The first iterations carry one-off costs (allocation,
+    autotuning, a first LPIPS or aux pass) or run before the machine's load settles: a pace read from them said "about
+    24 min" for a 95 s run and "126 min" for 13 min (issue 90). So the pace starts at a *mark*, the first report after
+    ``WARM_UP`` seconds, and a prediction is made once ``WARM_UP`` more seconds and more work have passed since it:
+    the time to the mark plus the rest at the pace since the mark."""
+
+    def __init__(self) -> None:
+        self.mark: tuple[float, float] | None = None  # (elapsed, fraction done) at the end of the warm-up
+
+    def see(self, elapsed: float, fraction: float) -> None:
+        if self.mark is None and elapsed >= WARM_UP and fraction > 0:
+            self.mark = (elapsed, fraction)
+
+    def rate(self, elapsed: float, fraction: float) -> float | None:
+        """Seconds per unit of fraction since the mark, once measurable (else None)."""
+        if self.mark is None:
+            return None
+        t0, f0 = self.mark
+        if elapsed - t0 < WARM_UP or fraction <= f0:
+            return None
+        return (elapsed - t0) / (fraction - f0)
+
+    def total(self, elapsed: float, fraction: float) -> float | None:
+        """The run's whole time: the warm-up as it went, the rest at the pace since (None until measurable)."""
+        r = self.rate(elapsed, fraction)
+        return None if r is None or self.mark is None else self.mark[0] + r * (1.0 - self.mark[1])
+
+    def left(self, elapsed: float, fraction: float) -> float:
+        """Seconds left: at the pace since the mark where measured, else the average so far (nan before any work)."""
+        r = self.rate(elapsed, fraction)
+        if r is not None:
+            return r * (1.0 - fraction)
+        return elapsed / fraction * (1.0 - fraction) if fraction > 0 else float("nan")
 
 
 class LineProgress:
@@ -59,7 +90,7 @@ class LineProgress:
         now = time.perf_counter()
         self.tasks[len(self.tasks)] = {"description": description, "total": total, "completed": 0.0,
                                        "fields": fields, "start": now, "last": now, "printed_at": None,
-                                       "predicted": False}
+                                       "predicted": False, "pace": Pace()}
         return TaskID(len(self.tasks) - 1)
 
     def update(self, task_id: TaskID, description: str | None = None, **fields) -> None:
@@ -74,7 +105,8 @@ class LineProgress:
         now = time.perf_counter()
         elapsed = now - task["start"]
         share = task["completed"] / task["total"] if task["total"] else 0.0
-        total = None if task["predicted"] else predicted_total(elapsed, share)
+        task["pace"].see(elapsed, share)
+        total = None if task["predicted"] else task["pace"].total(elapsed, share)
         if total is not None:
             task["predicted"] = True
             if total > LONG:
@@ -89,7 +121,7 @@ class LineProgress:
     def _line(self, task: dict[str, Any]) -> None:
         elapsed = time.perf_counter() - task["start"]
         done, total = task["completed"], task["total"]
-        eta = elapsed / done * (total - done) if done else float("nan")
+        eta = task["pace"].left(elapsed, done / total) if total else float("nan")
         loss = task["fields"].get("loss", "-")
         sys.stderr.write(f"fedaudit: {task['description']}: {int(done)}/{int(total)}, loss {loss}, elapsed "
                          f"{elapsed:.0f} s, ETA {eta:.0f} s\n")
@@ -121,6 +153,7 @@ class Heartbeat:
         self.expected = expected
         self.fraction: float | None = None
         self.predicted = expected is not None
+        self.pace = Pace()
         self._start = time.perf_counter()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -136,13 +169,14 @@ class Heartbeat:
             elapsed = time.perf_counter() - self._start
             line = f"running, {elapsed:.0f} s"
             if self.fraction:
-                line += f", {100 * self.fraction:.0f}% done, about {elapsed / self.fraction - elapsed:.0f} s left"
+                line += f", {100 * self.fraction:.0f}% done, about {self.pace.left(elapsed, self.fraction):.0f} s left"
             self._say(line)
 
     def advance(self, fraction: float) -> None:
         self.fraction = min(max(fraction, 0.0), 1.0)
         elapsed = time.perf_counter() - self._start
-        total = None if self.predicted else predicted_total(elapsed, self.fraction)
+        self.pace.see(elapsed, self.fraction)
+        total = None if self.predicted else self.pace.total(elapsed, self.fraction)
         if total is not None:
             self.predicted = True
             if total > LONG:

@@ -63,7 +63,10 @@ def test_a_run_predicted_past_ten_minutes_says_so_early(capsys, monkeypatch):
     with LineProgress(every=1e9) as display:
         task = display.add_task("ig restart 1/1", total=1e9, loss="-")
         time.sleep(0.06)
+        display.advance(task)  # the warm-up ends here: the pace is read from now on
         display.advance(task)
+        assert "predicted" not in capsys.readouterr().err  # not yet measurable
+        time.sleep(0.06)
         display.advance(task)
     err = capsys.readouterr().err
     assert err.count("predicted to take about") == 1 and "fewer iterations (-n)" in err
@@ -81,16 +84,18 @@ def test_a_heartbeat_shows_the_share_done_and_predicts_a_long_run_early(capsys, 
     progress.advance(1, 2)  # no heartbeat: a no-op
     with progress.Heartbeat("labels rlu") as beat:
         time.sleep(0.03)
-        progress.advance(1, 100_000)  # 0.03 s for 1/100,000: about 50 min at this pace
+        progress.advance(1, 100_000)  # the warm-up ends here
+        time.sleep(0.03)
+        progress.advance(2, 100_000)  # 0.03 s for 1/100,000 since: about 50 min at this pace
         with progress.muted():
             progress.advance(99_999, 100_000)
-        assert beat.fraction == 1e-5
+        assert beat.fraction == 2e-5
         progress.advance(1, 4)
         time.sleep(0.2)
     err = capsys.readouterr().err
     assert err.count("predicted to take about") == 1 and "labels rlu: predicted to take about" in err
     lines = [ln for ln in err.splitlines() if "running" in ln]
-    assert lines and all("25% done, about" in ln and "s left" in ln for ln in lines)
+    assert any("25% done, about" in ln for ln in lines) and all("s left" in ln for ln in lines if "% done" in ln)
 
 
 def test_work_of_known_length_says_so_up_front(capsys, monkeypatch):
@@ -124,3 +129,29 @@ def test_a_simulating_label_method_reports_how_far_it_is(tmp_path, capsys, monke
     assert stopped.value.code == 0, err
     assert any(ln.startswith("fedaudit: labels client-fit: running") and "% done, about" in ln
                for ln in err.splitlines()), err
+
+
+def test_the_pace_is_read_after_the_warm_up_not_from_the_first_iteration(monkeypatch):
+    """Issue 90: the first ETA lines were wrong both ways ("about 24 min" for 95 s; "126 min" for 13 min): a slow first
+    iteration (allocation, a first pass) set the pace of the whole run. Here the first of 1,000 iterations takes 10 s
+    and each other 0.1 s: the whole run takes about 110 s."""
+    from fedaudit import progress
+
+    clock = {"t": 0.0}
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: clock["t"])
+    pace, said = progress.Pace(), []
+    display = progress.LineProgress(every=1e9)
+    monkeypatch.setattr(progress.sys.stderr, "write", said.append)
+    task = display.add_task("ig restart 1/1", total=1000, loss="-")
+    clock["t"] += 10.0
+    display.advance(task)
+    pace.see(10.0, 0.001)
+    assert pace.total(10.0, 0.001) is None  # the old rule said 10,000 s here
+    for i in range(2, 1001):
+        clock["t"] += 0.1
+        display.advance(task)
+        if i == 100:
+            total = pace.total(10.0 + 0.1 * (i - 1), i / 1000)
+            assert total is not None and abs(total - 109.9) < 1.0
+            assert abs(pace.left(10.0 + 0.1 * (i - 1), i / 1000) - 0.1 * (1000 - i)) < 0.5
+    assert not any("predicted to take" in s for s in said)  # 110 s is under LONG: nothing said
