@@ -47,7 +47,7 @@ def add_examples(app: typer.Typer) -> None:
         if info.name in COMMANDS and not info.epilog:
             info.epilog = _epilog(COMMANDS[info.name])
     for group in app.registered_groups:
-        for info in group.typer_instance.registered_commands:
+        for info in group.typer_instance.registered_commands if group.typer_instance else []:
             key = f"{group.name} {info.name}"
             if key in COMMANDS:
                 info.epilog = _epilog(COMMANDS[key])

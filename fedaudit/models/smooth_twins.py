@@ -50,9 +50,14 @@ CANDIDATES: dict[type[nn.Module], type[nn.Module]] = {nn.Hardsigmoid: SmoothHard
                                                       nn.Hardswish: SmoothHardswish}
 
 
-@functools.cache
 def needs_twin(layer: type[nn.Module]) -> bool:
     """Whether this PyTorch cannot differentiate ``layer`` twice (a double backward on a few numbers, once)."""
+    return _needs_twin(layer.__name__)
+
+
+@functools.cache
+def _needs_twin(name: str) -> bool:
+    layer = getattr(nn, name)
     x = torch.linspace(-4, 4, 9, requires_grad=True, device="cpu")
     (g,) = torch.autograd.grad(layer()(x).sum(), x, create_graph=True)
     try:
