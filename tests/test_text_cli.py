@@ -192,6 +192,27 @@ def test_lora_tensors_against_a_whole_model_and_image_commands_are_refused_with_
     assert "language-model folder" in r.stderr
 
 
+TWO_LINES = "Gradients can leak text.\nA reviewer audits it.\n"
+
+
+def test_an_adapter_config_never_makes_peft_import_a_module(cli, tiny, tmp_path, monkeypatch):
+    """Issue 88: a megatron_config made peft import the module megatron_core names, found beside the adapter when run
+    from its folder. megatron_core is never handed to peft (PEFT writes "megatron.core" there by default) and a
+    megatron_config is refused before peft is imported."""
+    folder = adapter(tiny, tmp_path / "adapter", 4, False)
+    config = json.loads((folder / "adapter_config.json").read_text())
+    (folder / "evil_mod.py").write_text(f"open({str(tmp_path / 'imported')!r}, 'w').write('x')\n")
+    monkeypatch.chdir(folder)
+    (tmp_path / "one.txt").write_text(TWO_LINES)
+    (folder / "adapter_config.json").write_text(json.dumps({**config, "megatron_core": "evil_mod"}))
+    cli("capture", folder, tmp_path / "one.txt", "--base", tiny, "-o", tmp_path / "u.safetensors", "-b", 2)
+    assert not (tmp_path / "imported").exists()
+    (folder / "adapter_config.json").write_text(json.dumps({**config, "megatron_core": "evil_mod",
+                                                            "megatron_config": {"tensor_model_parallel_size": 1}}))
+    r = cli("capture", folder, tmp_path / "one.txt", "--base", tiny, "-o", tmp_path / "v.safetensors", "-b", 2, expect=2)
+    assert r.stderr.count("\n") == 1 and "megatron_config" in r.stderr and not (tmp_path / "imported").exists()
+
+
 TWO = ["Gradients can leak text.", "A reviewer audits it."]  # 12 visible tokens
 
 

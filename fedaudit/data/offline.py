@@ -18,6 +18,8 @@ import torch
 
 from fedaudit.errors import InputError
 
+FORMATS = ("PNG", "JPEG")  # the shipped images' formats: Pillow decodes nothing else here (never EPS, issue 88)
+
 CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR10_STD = (0.2470, 0.2435, 0.2616)
 MNIST_MEAN = (0.1307,)
@@ -38,7 +40,7 @@ def cifar10_dir() -> Path:
 def _png_rgb(path: Path) -> torch.Tensor:
     from PIL import Image
 
-    with Image.open(path) as img:
+    with Image.open(path, formats=FORMATS) as img:
         arr = np.asarray(img.convert("RGB"), dtype=np.float32) / 255.0
     return torch.from_numpy(arr).permute(2, 0, 1)
 
@@ -64,7 +66,7 @@ def imagenet_samples(size: int) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
         raise InputError(f"expected 20 imagenet images in {cifar10_dir()}, found {len(files)}")
     images = []
     for f in files:
-        with Image.open(f) as src:
+        with Image.open(f, formats=FORMATS) as src:
             img = src.convert("RGB")
             side = min(img.size)
             left, top = (img.width - side) // 2, (img.height - side) // 2
@@ -119,7 +121,7 @@ def natural_patches(n: int, size: int = 32, seed: int = 0) -> torch.Tensor:
     folder = package_dir("skimage") / "data"
     photos = []
     for name in SKIMAGE_RGB:
-        with Image.open(folder / name) as src:
+        with Image.open(folder / name, formats=FORMATS) as src:
             photos.append(src.convert("RGB").copy())
     rng = np.random.default_rng(seed)
     out = np.empty((n, size, size, 3), dtype=np.float32)

@@ -14,6 +14,9 @@ from fedaudit.errors import InputError
 from fedaudit.io.files import check_readable, read_safetensors
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
+# the formats Pillow may decode, sniffed by content whatever the file's name: never EPS/PS (Pillow hands those to
+# Ghostscript, a program found on PATH: a file named .png holding EPS started `gs` during `capture`, issue 88)
+FORMATS = ("PNG", "JPEG", "BMP", "GIF", "WEBP", "TIFF")
 
 
 @dataclass
@@ -72,7 +75,7 @@ def _load_file(path: Path, input_shape, resize: bool) -> torch.Tensor:
     c, h, w = input_shape
     check_readable(path, "image")  # a FIFO or device in a folder of images is refused, never opened
     try:
-        with Image.open(path) as src:  # lazy: the size is known before any pixel is decoded
+        with Image.open(path, formats=FORMATS) as src:  # lazy: the size is known before any pixel is decoded
             if src.width * src.height > MAX_PIXELS:
                 raise InputError(f"image {str(path)!r} is {src.width} x {src.height} pixels, above the "
                                  f"{MAX_PIXELS // 10**6} megapixels fedaudit decodes; downscale it first")

@@ -27,7 +27,11 @@ from fedaudit.io.text_checkpoint import (
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 ADAPTER_NAME = "default"  # PEFT's name of the one adapter it injects
 UNSUPPORTED = {"use_dora": "DoRA", "modules_to_save": "extra trainable modules (modules_to_save)",
-               "trainable_token_indices": "trainable token rows", "layer_replication": "layer replication"}
+               "trainable_token_indices": "trainable token rows", "layer_replication": "layer replication",
+               "megatron_config": "Megatron tensor parallelism (megatron_config)"}
+# never handed to peft: with a megatron_config set, peft imports the module megatron_core names, found beside the
+# adapter when run from its folder (issue 88: code from input); PEFT writes "megatron.core" there by default
+NEVER_PASSED = ("megatron_config", "megatron_core")
 
 
 def is_adapter(path: str | Path) -> bool:
@@ -77,7 +81,7 @@ def load_text_model(path: str | Path, base: str | Path | None = None) -> TextChe
     peft = _peft()
     fields = set(peft.LoraConfig.__dataclass_fields__)
     try:
-        lora = peft.LoraConfig(**{k: v for k, v in config.items() if k in fields})
+        lora = peft.LoraConfig(**{k: v for k, v in config.items() if k in fields and k not in NEVER_PASSED})
         model = peft.inject_adapter_in_model(lora, root.model, adapter_name=ADAPTER_NAME)
     except (TypeError, ValueError) as exc:
         raise InputError(f"{folder / ADAPTER}: cannot apply the adapter to {root.source!r} ({exc})") from None
