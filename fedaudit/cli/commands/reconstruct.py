@@ -44,6 +44,28 @@ def _params(info: MethodInfo) -> list[P]:
                      "ignore_base_mismatch"))
 
 
+def check_checkpoint_file(path: Path, inputs: list) -> None:
+    """``--checkpoint-file`` is fedaudit's own: a finished run deletes it, so it must not be an input of this run nor
+    any existing file fedaudit did not write (issue 88: a user's notes.txt was overwritten, then deleted, and naming
+    the update being audited deleted it)."""
+    from fedaudit.errors import InputError
+    from fedaudit.io.files import read_safetensors
+
+    target = path.resolve()
+    for given in inputs:
+        if given is not None and Path(given).resolve() == target:
+            raise InputError(f"--checkpoint-file {str(path)!r} is one of this run's inputs; a finished run deletes its "
+                             "checkpoint file: name a new file")
+    if path.exists() or path.is_symlink():
+        try:
+            _, meta = read_safetensors(path, "checkpoint file")
+        except InputError:
+            meta = {}
+        if meta.get("fedaudit.file") != "attack_checkpoint":
+            raise InputError(f"--checkpoint-file {str(path)!r} exists and is not an attack checkpoint fedaudit wrote; "
+                             "a finished run would delete it: name a new file")
+
+
 def _reconstruct(cls, options: dict, kw: dict) -> None:
     from fedaudit.attacks.base import LOOP_OPTIONS
     from fedaudit.io.truth import check_truth, load_truth
@@ -55,6 +77,9 @@ def _reconstruct(cls, options: dict, kw: dict) -> None:
     loop = {o.name: kw[o.name.replace("-", "_")] for o in LOOP_OPTIONS}
     cls.loop_settings(loop)  # bad loop settings are refused before anything is read
     check_counts(kw["proxies"], kw["checkpoint_every"])  # before anything is read
+    checkpoint_file = kw["checkpoint_file"] or Path(f"{kw['out']}.checkpoint.safetensors")
+    if kw["checkpoint_every"]:
+        check_checkpoint_file(checkpoint_file, [kw[k] for k in ("checkpoint", "update", "truth", "labels_file")])
     session = session_from(kw)
     outdir = OutputDir(kw["out"], force=session.force)
     with outdir:
@@ -67,7 +92,7 @@ def _reconstruct(cls, options: dict, kw: dict) -> None:
         job = ReconstructJob(session, tm, name, options, loop, labels=kw["labels"], labels_file=kw["labels_file"],
                              label_self_check=kw["self_check"],
                              multi_step=kw["multi_step"], checkpoint_every=kw["checkpoint_every"],
-                             checkpoint_path=kw["checkpoint_file"] or Path(f"{kw['out']}.checkpoint.safetensors"),
+                             checkpoint_path=checkpoint_file,
                              resume=kw["resume"], proxies=kw["proxies"], gate=kw["gate"].value,
                              truth_mismatch=kw["truth_mismatch"].value)
         inputs = {"checkpoint": kw["checkpoint"], "update": kw["update"], "truth": kw["truth"],

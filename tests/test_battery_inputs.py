@@ -1,0 +1,52 @@
+"""Issue 88: no file a user passes makes fedaudit run code, and no user file is replaced or deleted."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from .helpers import assert_one_error_line
+
+EPS = b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 32 32\nnewpath 0 0 moveto 32 32 lineto stroke\nshowpage\n"
+
+
+def test_an_eps_file_named_png_never_starts_ghostscript(cli, tmp_path, lenet_ckpt, monkeypatch):
+    """Pillow hands EPS/PS to `gs` found on PATH: a file named .png holding EPS started it during `capture`. Now
+    Pillow decodes only the raster formats fedaudit reads, sniffed by content: the file is refused, nothing runs."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    marker = tmp_path / "gs_ran"
+    gs = bin_dir / "gs"
+    gs.write_text(f"#!/bin/sh\ntouch {marker}\nexit 1\n")
+    gs.chmod(gs.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    images = tmp_path / "images"
+    images.mkdir()
+    (images / "cat.png").write_bytes(EPS)
+    res = cli("capture", lenet_ckpt, images, "-b", "1", "-o", tmp_path / "u.safetensors", "--image-labels", "3", expect=2)
+    assert_one_error_line(res.stderr, "cannot read image")
+    assert not marker.exists()
+
+
+def test_the_checkpoint_file_never_replaces_a_users_file_or_an_input(cli, tmp_path):
+    """Issue 88: `--checkpoint-file notes.txt` overwrote then deleted an existing user file, and naming the update
+    being audited deleted the update. Both are refused before any work, and nothing is touched."""
+    from .helpers import sample
+
+    ckpt, upd, _ = sample("lenet_b1")
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    res = cli("reconstruct", "ig", ckpt, upd, "-o", tmp_path / "o", "-n", "4", "--checkpoint-every", "2",
+              "--checkpoint-file", notes, "--proxies", "0", "-q", expect=2)
+    assert_one_error_line(res.stderr, "not an attack checkpoint fedaudit wrote")
+    assert notes.read_text() == "mine" and not (tmp_path / "o").exists()
+    copy = tmp_path / "update.safetensors"
+    copy.write_bytes(open(upd, "rb").read())
+    res = cli("reconstruct", "ig", ckpt, copy, "-o", tmp_path / "o", "-n", "4", "--checkpoint-every", "2",
+              "--checkpoint-file", copy, "--proxies", "0", "-q", expect=2)
+    assert_one_error_line(res.stderr, "one of this run's inputs")
+    assert copy.exists()
+    # a checkpoint fedaudit wrote may be named again (a resumed run writes where it resumed from)
+    own = tmp_path / "own.ckpt.safetensors"
+    cli("reconstruct", "ig", ckpt, upd, "-o", tmp_path / "a", "-n", "4", "--checkpoint-every", "2",
+        "--checkpoint-file", own, "--proxies", "0", "-q")
