@@ -50,3 +50,41 @@ def test_the_checkpoint_file_never_replaces_a_users_file_or_an_input(cli, tmp_pa
     own = tmp_path / "own.ckpt.safetensors"
     cli("reconstruct", "ig", ckpt, upd, "-o", tmp_path / "a", "-n", "4", "--checkpoint-every", "2",
         "--checkpoint-file", own, "--proxies", "0", "-q")
+
+
+def _fifo(path):
+    os.mkfifo(path)
+    return path
+
+
+def test_every_small_text_input_goes_through_one_reader_that_never_blocks(cli, tmp_path, tiny):
+    """Issue 88: FIFOs as --labels-file, tokenizer.json, a text lines file and --lpips-weights hung (only the
+    checkpoint and update paths were checked); /dev/zero as --labels-file ended in "out of memory". Each is refused
+    with one line now, before anything is read (a hang here would stop the suite)."""
+    import shutil
+
+    from .helpers import sample
+
+    ckpt, upd, truth = sample("lenet_b1")
+    for labels_file in (_fifo(tmp_path / "labels.json"), "/dev/zero"):
+        res = cli("reconstruct", "ig", ckpt, upd, "-o", tmp_path / "o", "-n", "2", "--labels-file", labels_file,
+                  "--proxies", "0", "-q", expect=2)
+        assert_one_error_line(res.stderr, "not a regular file")
+    res = cli("score", truth, "--truth", truth, "--lpips-weights", _fifo(tmp_path / "w.safetensors"), "-q", expect=None)
+    assert res.exit_code in (0, 2) and "Traceback" not in res.stderr
+    lines = _fifo(tmp_path / "lines.txt")
+    res = cli("capture", tiny, lines, "-o", tmp_path / "u.safetensors", "-b", 1, expect=2)
+    assert_one_error_line(res.stderr, "not a regular file")
+    folder = tmp_path / "tok"
+    shutil.copytree(tiny, folder)
+    (folder / "tokenizer.json").unlink()
+    _fifo(folder / "tokenizer.json")
+    (tmp_path / "one.txt").write_text("Gradients can leak text.\n")
+    res = cli("capture", folder, tmp_path / "one.txt", "-o", tmp_path / "v.safetensors", "-b", 1, expect=2)
+    assert_one_error_line(res.stderr, "not a regular file")
+    big = tmp_path / "huge.json"
+    with open(big, "wb") as fh:
+        fh.truncate(65 * 2**20)  # sparse: 65 MiB claimed, nothing written
+    res = cli("reconstruct", "ig", ckpt, upd, "-o", tmp_path / "o", "-n", "2", "--labels-file", big, "--proxies", "0",
+              "-q", expect=2)
+    assert_one_error_line(res.stderr, "MiB fedaudit reads")

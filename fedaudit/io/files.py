@@ -51,6 +51,24 @@ def check_readable(path: str | Path, what: str) -> Path:
     return p
 
 
+TEXT_LIMIT = 64 * 2**20  # a JSON config, a labels file, a tokenizer, a text file of lines: never more than this
+
+
+def read_input_text(path: str | Path, what: str, limit: int = TEXT_LIMIT) -> str:
+    """A small text input (UTF-8) through the one check every input passes (``check_readable``: a regular file, so
+    a FIFO or ``/dev/zero`` is refused, never read) and a size bound checked before reading; one InputError else."""
+    p = check_readable(path, what)
+    size = p.stat().st_size
+    if size > limit:
+        raise InputError(f"{what} {str(p)!r} is {size:,} bytes, above the {limit // 2**20} MiB fedaudit reads for it")
+    try:
+        return p.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"{what} {str(p)!r} is not UTF-8 text") from None
+    except OSError as exc:
+        raise InputError(f"cannot read {what} {str(p)!r}: {exc.strerror or exc}") from None
+
+
 def read_safetensors(path: str | Path, what: str) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     """All tensors and the ``__metadata__`` map of a safetensors file; any corruption is an InputError."""
     p = check_readable(path, what)

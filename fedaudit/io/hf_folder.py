@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from fedaudit.errors import InputError
+from fedaudit.io.files import read_input_text
 
 CONFIG, WEIGHTS, TOKENIZER = "config.json", "model.safetensors", "tokenizer.json"
 ADAPTER = "adapter_config.json"  # a PEFT adapter folder: the weights of a base model it names, not a model
@@ -22,9 +23,10 @@ def is_text_checkpoint(path: str | Path) -> bool:
 
 def read_config(path: Path) -> dict[str, Any]:
     """A folder's JSON config (``config.json``, ``adapter_config.json``) as a dict, or one InputError line."""
+    text = read_input_text(path, "config")
     try:
-        config = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
+        config = json.loads(text)
+    except (ValueError, RecursionError) as exc:
         raise InputError(f"{path}: not a readable JSON config ({exc})") from None
     if not isinstance(config, dict):
         raise InputError(f"{path}: not a JSON object")

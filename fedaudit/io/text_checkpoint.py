@@ -16,7 +16,14 @@ import torch
 
 from fedaudit.errors import InputError
 from fedaudit.io.checkpoint import load_state_strict
-from fedaudit.io.files import atomic_write_bytes, atomic_write_text, read_safetensors, safetensors_bytes, sha256_file
+from fedaudit.io.files import (
+    atomic_write_bytes,
+    atomic_write_text,
+    read_input_text,
+    read_safetensors,
+    safetensors_bytes,
+    sha256_file,
+)
 from fedaudit.io.hf_folder import ADAPTER, CONFIG, TOKENIZER, WEIGHTS, is_text_checkpoint, read_config
 from fedaudit.models.text_extra import text_extra
 from fedaudit.models.text_families import FAMILIES
@@ -104,7 +111,7 @@ class TextCheckpoint:
 def refuse_adapter_without_base(folder: Path) -> None:
     """An adapter folder alone is not a model: say which base it names (fedaudit never downloads one)."""
     try:
-        config = json.loads((folder / ADAPTER).read_text())
+        config = json.loads(read_input_text(folder / ADAPTER, "adapter config"))
         base = config.get("base_model_name_or_path") if isinstance(config, dict) else None
     except (OSError, ValueError):
         base = None
@@ -149,7 +156,7 @@ def load_text_checkpoint(path: str | Path) -> TextCheckpoint:
     load_state_strict(model, state, str(folder / WEIGHTS))  # missing, extra, misshapen, NaN/Inf: one line each
     model.eval()
     try:
-        tokenizer = Tokenizer.from_file(str(folder / TOKENIZER))
+        tokenizer = Tokenizer.from_str(read_input_text(folder / TOKENIZER, "tokenizer"))
     except Exception as exc:  # tokenizers raises its own Exception type for a bad file
         raise InputError(f"{folder / TOKENIZER}: not a readable tokenizer ({exc})") from None
     rows = model.get_input_embeddings().weight.shape[0]

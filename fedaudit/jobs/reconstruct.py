@@ -21,7 +21,7 @@ from fedaudit.attacks.loop import BARELY_MOVED, LoopConfig, LoopResult, optimize
 from fedaudit.attacks.run_state import initial_images
 from fedaudit.channels import bn_statistics
 from fedaudit.errors import InputError, RuntimeFailure
-from fedaudit.io.files import read_safetensors, safetensors_bytes
+from fedaudit.io.files import read_input_text, read_safetensors, safetensors_bytes
 from fedaudit.io.truth import Truth, check_truth
 from fedaudit.jobs.gate import fail_on_band
 from fedaudit.jobs.labels import LabelJob
@@ -80,9 +80,10 @@ def read_labels_file(path: Path, expected: int, num_classes: int) -> list[int]:
     """Labels from ``fedaudit labels -o FILE`` (JSON with "labels") or a safetensors 'labels' tensor."""
     p = Path(path)
     if p.suffix == ".json":
+        text = read_input_text(p, "labels file")
         try:
-            labels = json.loads(p.read_text())["labels"]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+            labels = json.loads(text)["labels"]
+        except (ValueError, KeyError, TypeError) as exc:
             raise InputError(f"labels file {str(p)!r} is not a JSON object with a 'labels' list: {exc}") from None
     else:
         tensors, _ = read_safetensors(p, "labels file")

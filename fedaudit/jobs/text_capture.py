@@ -12,7 +12,7 @@ import torch
 from fedaudit.client.text_capture import capture_text_update
 from fedaudit.device import resolve_device
 from fedaudit.errors import InputError
-from fedaudit.io.files import sha256_file
+from fedaudit.io.files import read_input_text, sha256_file
 from fedaudit.io.text_adapter import load_text_model
 from fedaudit.io.text_truth import TextTruth, save_text_truth
 from fedaudit.io.update import save_update
@@ -21,12 +21,7 @@ from fedaudit.report.types import TextCaptureSummary, build
 
 def read_lines(path: Path) -> list[str]:
     """The file's non-blank lines (UTF-8), without their line ends."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise InputError(f"{str(path)!r} is not UTF-8 text (one sequence a line)") from None
-    except OSError as exc:
-        raise InputError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from None
+    text = read_input_text(path, "text lines file")
     lines = [line for line in text.splitlines() if line.strip()]
     if not lines:
         raise InputError(f"{str(path)!r} holds no text lines")

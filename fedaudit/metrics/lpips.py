@@ -23,6 +23,7 @@ from typing import Any, cast
 import torch
 from torch import nn
 
+from fedaudit.io.files import check_readable
 from fedaudit.models.imagenet_weights import JAX_FILES, load_convs
 from fedaudit.models.imagenet_weights import jax_weights_dir as _jax_weights_dir  # a module global: tests patch it
 
@@ -81,7 +82,7 @@ def _from_file(net: str, path: Path) -> nn.Module:
     from safetensors.torch import load_model
 
     model = _empty_lpips(net)
-    load_model(model, str(path), strict=True)
+    load_model(model, str(check_readable(path, "LPIPS weights")), strict=True)  # a FIFO is refused, never opened
     return model
 
 
