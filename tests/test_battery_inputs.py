@@ -88,3 +88,16 @@ def test_every_small_text_input_goes_through_one_reader_that_never_blocks(cli, t
     res = cli("reconstruct", "ig", ckpt, upd, "-o", tmp_path / "o", "-n", "2", "--labels-file", big, "--proxies", "0",
               "-q", expect=2)
     assert_one_error_line(res.stderr, "MiB fedaudit reads")
+
+
+def test_numbers_that_would_run_forever_or_crash_are_refused_before_work(cli, tmp_path):
+    """Issue 88: `capture -k 1000000000` ran until killed; `audit-round --threads -1` ended in a RuntimeError."""
+    from .helpers import sample
+
+    ckpt, _, truth = sample("lenet_b4")
+    res = cli("capture", ckpt, truth, "-b", "1", "-k", "1000000000", "--lr", "0.1", "-o", tmp_path / "k.safetensors",
+              expect=2)
+    assert_one_error_line(res.stderr, "above what fedaudit records")
+    (tmp_path / "round").mkdir()
+    res = cli("audit-round", tmp_path / "round", "-o", tmp_path / "r", "--threads", "-1", expect=2)
+    assert_one_error_line(res.stderr, "--threads must be between 1 and 1024")

@@ -59,6 +59,12 @@ def check_recipe(n: int, batch_size: int, local_steps: int, kind: str, lr: float
                          f"{weight_decay}")
     if batch_size < 1 or local_steps < 1:
         raise InputError("--batch-size and --local-steps must be >= 1")
+    from fedaudit.io.update import MAX_BATCH, MAX_STEPS
+
+    # bounded before any step runs (issue 88: -k 1000000000 ran until killed); the same bounds as a recorded update's
+    if local_steps > MAX_STEPS or batch_size > MAX_BATCH:
+        raise InputError(f"--local-steps {local_steps:,} or --batch-size {batch_size:,} is above what fedaudit records "
+                         f"({MAX_STEPS:,} steps, {MAX_BATCH:,} images a step)")
     if n % batch_size:
         raise InputError(f"{n} {items} do not split into batches of {batch_size}")
     if kind == "gradient":

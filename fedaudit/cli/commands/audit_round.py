@@ -40,6 +40,8 @@ def audit_round(**kw) -> None:
     attacks = [a.strip() for a in kw["attacks"].split(",") if a.strip() and a.strip() != "none"]
     if kw["jobs"] < 1:
         raise InputError(f"--jobs must be >= 1, got {kw['jobs']}")
+    if kw["threads"] is not None and not 1 <= kw["threads"] <= 1024:  # issue 88: -1 ended in a RuntimeError
+        raise InputError(f"--threads must be between 1 and 1024, got {kw['threads']}")
     parallel = kw["jobs"] > 1 or kw["ray"] or kw["ray_address"]
     plan = RoundPlan(attacks, kw["labels"], kw["iterations"], kw["restarts"], str(kw["aux"]) if kw["aux"] else None,
                      kw["dummy"], kw["batch_size"], kw["seed"], kw["device"], kw["lpips_net"].value,
