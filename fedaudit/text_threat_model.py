@@ -151,4 +151,27 @@ def load_text_threat_model(checkpoint_path: str | Path, update_path: str | Path,
     if upd.meta.batch_size is None:
         tm.warnings.append("the update does not record fedaudit.batch_size: DAGER cannot tell a consistent search "
                            "(at most B sequences) from one that let too much through")
+    p = dropout_rate(ckpt.model)
+    if p and not captured_in_eval(upd.meta):
+        tm.warnings.append(DROPOUT_WARNING.format(p=p))
     return tm
+
+
+# issue 90: a LoRA step recorded in train mode (GPT-2's default dropout 0.1) gave "0 sequences recovered" and "low";
+# the same batch in eval mode gave every line exactly
+DROPOUT_WARNING = ("the model has dropout (p = {p:g}): if the client trained in train mode (the default of a "
+                   "training loop), each forward dropped a random share of its activations, which breaks DAGER's "
+                   "exact span checks; record the update with model.eval(), or read it with an approximate attack "
+                   "(reconstruct tag)")
+
+
+def captured_in_eval(meta) -> bool:
+    """Whether fedaudit's own text capture recorded the update: it runs the model in eval mode (dropout off)."""
+    source = meta.source if isinstance(meta.source, dict) else {}
+    return str(source.get("tool", "")).startswith("fedaudit") and "framework" not in source
+
+
+def dropout_rate(model: torch.nn.Module) -> float:
+    """The largest dropout probability of the model's dropout layers (0 without any)."""
+    return max((float(m.p) for m in model.modules() if isinstance(m, torch.nn.modules.dropout._DropoutNd)),
+               default=0.0)

@@ -286,3 +286,30 @@ def test_the_text_sample_regenerates_byte_for_byte(tmp_path):
     for rel in ("checkpoint/model.safetensors", "checkpoint/tokenizer.json", "lines.txt"):
         assert (made / rel).read_bytes() == (shipped / rel).read_bytes(), rel
     assert_regenerated(tmp_path / mod.NAME, SAMPLES / mod.NAME)
+
+
+def test_an_update_recorded_in_train_mode_through_dropout_is_not_read_as_low(cli, tiny, tmp_path):
+    """Issue 90: a step recorded in train mode (GPT-2's dropout 0.1) gave "0 sequences recovered" and a point of "low"
+    ("a true token failed a check"); nothing detected or named dropout. Now inspect and the report name it, and
+    nothing certified under a premise that may have failed is not "low"."""
+    from fedaudit.client.text_capture import client_loss, tokenize_lines
+    from fedaudit.io.files import write_safetensors
+    from fedaudit.io.text_adapter import load_text_model
+
+    ckpt = load_text_model(tiny)
+    assert ckpt.model.config.resid_pdrop > 0
+    batch = tokenize_lines(ckpt, TWO, 12)
+    model = ckpt.model.train()  # what a training loop does by default: dropout on
+    torch.manual_seed(0)
+    params = dict(model.named_parameters())
+    grads = torch.autograd.grad(client_loss(model, batch), list(params.values()), allow_unused=True)
+    tensors = {ckpt.update_key(n): g.contiguous() for n, g in zip(params, grads) if g is not None}
+    upd = tmp_path / "train_mode.safetensors"
+    write_safetensors(upd, tensors, UpdateMeta(kind="gradient", reduction="mean", batch_size=2).to_metadata())
+    model.eval()
+    out = cli.json(cli("reconstruct", "dager", tiny, upd, "-o", tmp_path / "o", "--fail-on", "high", "--gate", "point",
+                       expect=1))
+    assert out["certified"] == 0 and out["risk_band_estimated"] == "very_high"
+    report = json.loads((tmp_path / "o" / "report.json").read_text())
+    assert any("dropout (p = 0.1)" in w for w in report["warnings"])
+    assert "premise may not hold" in report["verdict"]["why"]

@@ -27,7 +27,7 @@ from fedaudit.report.text_html import render_text_html
 from fedaudit.report.text_report import RecoveredSequence, SequencePair, TextMeasured, TextReport, TextVerdict
 from fedaudit.report.types import TextReconstructSummary, build
 from fedaudit.session import Session
-from fedaudit.text_threat_model import TextThreatModel, load_text_threat_model
+from fedaudit.text_threat_model import TextThreatModel, captured_in_eval, dropout_rate, load_text_threat_model
 from fedaudit.verdict.text_scope import what_it_reveals
 
 
@@ -84,7 +84,10 @@ class TextReconstructJob:
                   None if diag.get("consistent", True) else "inconsistent: more sequences than the batch holds")
         held = (f"the round's {tm.lines} lines ({tm.meta.local_steps} local steps of B = {tm.batch_size})"
                 if tm.meta.local_steps > 1 and tm.lines else None)
-        est = estimated_text_band(certified, tm.lines, reason, held)
+        p = dropout_rate(tm.checkpoint.model)
+        premise = (f"the model has dropout (p = {p:g}); an update recorded in train mode fails every exact check"
+                   if p and self.attack == "dager" and not captured_in_eval(tm.meta) else None)
+        est = estimated_text_band(certified, tm.lines, reason, held, premise)
         verdict = TextVerdict(est.band, est.range, f"{self.attack}'s exact checks", est.why,  # type: ignore[arg-type]
                               what_it_reveals(tm, diag, certified))
         measured = self._measure(truth, sequences, tok) if truth is not None else None

@@ -65,9 +65,14 @@ def measured_text_band(rouge1: list[float], exact: list[float], seed: int = 0) -
 
 
 def estimated_text_band(certified: int, batch_size: int | None, reason: str | None = None,
-                        held: str | None = None) -> TextBand:
+                        held: str | None = None, premise: str | None = None) -> TextBand:
     """The truth-free band from the number of sequences the attack certified (module docstring): ``batch_size`` is
-    how many lines the update holds (a delta's K x B), ``held`` says so in words (default "B = <batch_size>")."""
+    how many lines the update holds (a delta's K x B), ``held`` says so in words (default "B = <batch_size>").
+    ``premise``: why the attack's own premise may have failed (dropout in train mode): nothing certified then is no
+    reading at all, so the point is the upper end, not "low" (issue 90)."""
+    if certified <= 0 and premise and not reason:
+        return TextBand("very_high", ["low", "very_high"], f"nothing certified, and the attack's premise may not "
+                        f"hold ({premise}): not evidence of safety")
     if certified <= 0:
         return TextBand("low", ["low", "very_high"], "nothing certified" + (f" ({reason})" if reason else "")
                         + ": no evidence either way")
