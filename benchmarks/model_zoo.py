@@ -82,7 +82,8 @@ def zoo_row(name: str, side: int, limit: float) -> dict:
             "labels": ["labels", "auto", str(ck), str(upd), "-q"],
             "reconstruct": ["reconstruct", "ig", str(ck), str(upd), "-o", str(out), "-n", "20", "--proxies", "1",
                             "--truth", str(capt), "-q"],
-            "score": ["score", str(out / "reconstruction.safetensors"), "--truth", str(capt), "-q"],
+            "score": ["score", str(out / "reconstruction.safetensors"), "--truth", str(capt), "-o", str(d / "scored"),
+                      "-q"],
         }
         failed = False
         for step in STEPS:

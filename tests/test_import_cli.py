@@ -148,3 +148,17 @@ def test_a_plain_state_dict_given_as_a_checkpoint_names_the_import(cli, tmp_path
               tmp_path / "state.safetensors")
     res = cli("inspect", tmp_path / "state.safetensors", tmp_path / "state.safetensors", expect=2)
     assert_one_error_line(res.stderr, "fedaudit import checkpoint")
+
+
+def test_a_torchvision_mnasnet_state_dict_imports(cli, tmp_path):
+    """Issue 87: MNASNet checks its state's version, which safetensors does not keep: `import checkpoint` ended in exit
+    3, "version should be set to 1 or 2 instead of None". The architecture's own versions are used."""
+    import torchvision
+    from safetensors.torch import save_file
+
+    model = torchvision.models.get_model("mnasnet0_5", weights=None, num_classes=10)
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, tmp_path / "state.safetensors")
+    cli("import", "checkpoint", tmp_path / "state.safetensors", "--arch", "torchvision.mnasnet0_5", "--input-shape",
+        "3,32,32", "-o", tmp_path / "ck.safetensors", "-q")
+    assert torch.equal(load_checkpoint(tmp_path / "ck.safetensors").model.state_dict()["layers.0.weight"],
+                       model.state_dict()["layers.0.weight"])

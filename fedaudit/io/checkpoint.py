@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
@@ -85,7 +86,11 @@ def load_state_strict(model: nn.Module, state: dict[str, torch.Tensor], source: 
             raise InputError(f"{source}: tensor {k!r} has shape {list(state[k].shape)}, the architecture expects {list(ref.shape)}")
         if state[k].is_floating_point() and not torch.isfinite(state[k]).all():
             raise InputError(f"{source}: tensor {k!r} contains NaN or Inf")
-    model.load_state_dict({k: state[k].to(ref.dtype) for k, ref in expected.items()})
+    loaded = OrderedDict((k, state[k].to(ref.dtype)) for k, ref in expected.items())
+    # the architecture's own per-module state versions: safetensors keeps no ``_metadata``, and modules that check
+    # theirs (torchvision's MNASNet) refused a state without it ("version should be set to 1 or 2", issue 87)
+    loaded._metadata = getattr(expected, "_metadata", None)  # type: ignore[attr-defined]
+    model.load_state_dict(loaded)
 
 
 def check_forward(model: nn.Module, spec: ModelSpec, source: str) -> None:

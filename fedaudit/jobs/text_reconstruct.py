@@ -17,6 +17,7 @@ from fedaudit.io import files
 from fedaudit.io.text_truth import TextTruth, load_text_truth
 from fedaudit.io.truth import check_truth
 from fedaudit.jobs.gate import gate_on
+from fedaudit.jobs.reconstruct import max_iterations
 from fedaudit.labels.text_classes import classifier_classes
 from fedaudit.metrics.text import text_scores
 from fedaudit.metrics.text_risk import estimated_text_band, measured_text_band
@@ -53,6 +54,9 @@ class TextReconstructJob:
         tm = self.load().on(self.session.device)
         truth = load_text_truth(truth_path) if truth_path is not None else None
         mismatch = check_truth(truth, tm.update.sha256, self.truth_mismatch) if truth is not None else None
+        cap = max_iterations()  # FEDAUDIT_MAX_ITERATIONS caps the optimising text attacks' steps too (smoke runs)
+        if cap is not None and int(self.options.get("steps") or 0) > cap:
+            self.options = {**self.options, "steps": cap}
         attack = TEXT_ATTACKS.get(self.attack)(**self.options)
         if why := attack.reasons(tm.checkpoint, tm.gradient, tm.meta.local_steps):
             raise NotApplicable(f"{self.attack}: {'; '.join(why)}")
