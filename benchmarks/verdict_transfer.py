@@ -370,6 +370,8 @@ def replaced(rows: list[dict]) -> list[dict]:
         recs = [p for p in r.get("proxy_records") or [] if p.get("measured") and p.get("score_db") is not None]
         if recs and r["rule"].get("score_db") is not None:
             r = {**r, **{f"placed_{how}": calibrated(r["rule"], recs, placement=how) for how in PLACEMENTS}}
+        elif "proxy_records" in r:  # no proxies ran (an exact channel, no images): no placement to read
+            r = {**r, **{f"placed_{how}": r["estimate"] for how in PLACEMENTS}}
         out.append(r)
     return out
 

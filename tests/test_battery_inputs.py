@@ -101,3 +101,42 @@ def test_numbers_that_would_run_forever_or_crash_are_refused_before_work(cli, tm
     (tmp_path / "round").mkdir()
     res = cli("audit-round", tmp_path / "round", "-o", tmp_path / "r", "--threads", "-1", expect=2)
     assert_one_error_line(res.stderr, "--threads must be between 1 and 1024")
+
+
+def test_audit_round_never_replaces_a_users_folder_and_removes_a_folder_it_made_on_failure(cli, tmp_path):
+    """Issue 88: `audit-round -o DIR` over a user's folder replaced a user-written audit_round.json, and a run that
+    failed after creating -o left the folder behind."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "audit_round.json").write_text('{"my": "notes"}')
+    (tmp_path / "round" / "clients").mkdir(parents=True)
+    res = cli("audit-round", tmp_path / "round", "-o", mine, expect=2)
+    assert_one_error_line(res.stderr, "did not write")
+    assert (mine / "audit_round.json").read_text() == '{"my": "notes"}'
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("x")
+    res = cli("audit-round", tmp_path / "round", "-o", other, expect=2)
+    assert_one_error_line(res.stderr, "folder of other files")
+
+
+def test_a_failed_audit_round_leaves_no_folder_it_created(cli, tmp_path, monkeypatch):
+    import shutil
+
+    from fedaudit.errors import InputError
+    from fedaudit.jobs import audit_round
+
+    from .helpers import sample
+
+    ckpt, upd, _ = sample("lenet_b4")
+    (tmp_path / "round" / "clients").mkdir(parents=True)
+    shutil.copy(ckpt, tmp_path / "round" / "checkpoint.safetensors")
+    shutil.copy(upd, tmp_path / "round" / "clients" / "a.safetensors")
+
+    def no_ray(*args, **kwargs):
+        raise InputError("--ray needs the ray extra")
+
+    monkeypatch.setattr(audit_round, "run_ray", no_ray)
+    res = cli("audit-round", tmp_path / "round", "-o", tmp_path / "new", "--ray", "-n", "2", expect=2)
+    assert_one_error_line(res.stderr, "ray")
+    assert not (tmp_path / "new").exists()

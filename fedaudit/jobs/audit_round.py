@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -139,7 +141,17 @@ class RoundAudit:
         self.plan.check()
         if not self.out.parent.is_dir():
             raise InputError(f"cannot write {str(self.out)!r}: folder {str(self.out.parent)!r} does not exist")
+        check_own_folder(self.out)
         todo, _ = self.tasks()
+        created = not self.out.exists()
+        try:
+            return self._run(todo, on_client)
+        except BaseException as exc:  # a run that failed leaves no folder it created (issue 88); Ctrl-C is handled
+            if created and not isinstance(exc, KeyboardInterrupt) and self.out.is_dir():
+                shutil.rmtree(self.out, ignore_errors=True)
+            raise
+
+    def _run(self, todo: list[dict[str, Any]], on_client: Callable[[ClientRow], None] | None) -> RoundRecord:
         (self.out / "clients").mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
         engine: dict[str, Any] = {"engine": "local", "jobs": self.jobs}
@@ -162,6 +174,25 @@ class RoundAudit:
         doc = self.summary(status, engine, time.perf_counter() - t0)
         self.write(doc)
         return doc
+
+
+def check_own_folder(out: Path) -> None:
+    """``-o`` is a new folder or one audit-round wrote (to resume it): a user's folder, or one whose audit_round.json
+    fedaudit did not write, is refused before anything is written (issue 88: a user's audit_round.json was replaced)."""
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise InputError(f"-o {str(out)!r} exists and is not a folder")
+    record = out / "audit_round.json"
+    if record.exists():
+        try:
+            doc = json.loads(record.read_text()) if record.is_file() else None
+        except (OSError, ValueError):
+            doc = None
+        if not (isinstance(doc, dict) and doc.get("command") == "audit-round" and "schema_version" in doc):
+            raise InputError(f"-o {str(out)!r} holds an audit_round.json fedaudit did not write; name a new folder")
+    elif any(p.name != "clients" for p in out.iterdir()):
+        raise InputError(f"-o {str(out)!r} is a folder of other files, not an audit-round output; name a new folder")
 
 
 def stored_row(client_dir: Path) -> ClientRow | None:
