@@ -126,7 +126,9 @@ class GradientEngine:
             params = {k: (p.requires_grad_(True) if k in names else p) for k, p in
                       ((k, p.detach()) for k, p in self.params.items())}
             loss = self.loss(self.forward(x01, params, capture, bn_inputs), labels)
-            return list(torch.autograd.grad(loss, [params[k] for k in names], create_graph=create_graph))
+            grads = torch.autograd.grad(loss, [params[k] for k in names], create_graph=create_graph, allow_unused=True)
+            # a parameter the graph does not reach (an auxiliary head a client trained in train mode) has gradient 0
+            return [torch.zeros_like(params[k]) if g is None else g for k, g in zip(names, grads)]
         full = dict(zip(self.target.names, self._unrolled(x01, labels, create_graph, capture, bn_inputs)))
         return [full[k] for k in names]
 
@@ -170,7 +172,7 @@ class GradientEngine:
         trainable = list(w0)
         for xk, yk in zip(chunks_x, chunks_y):
             loss = self.loss(self.forward(xk, w, capture, bn_inputs), yk)
-            grads = torch.autograd.grad(loss, [w[k] for k in trainable], create_graph=create_graph)
-            w = {k: w[k] - self.lr * g for k, g in zip(trainable, grads)}
+            grads = torch.autograd.grad(loss, [w[k] for k in trainable], create_graph=create_graph, allow_unused=True)
+            w = {k: w[k] if g is None else w[k] - self.lr * g for k, g in zip(trainable, grads)}
         scale = gradient_scale(self.tm.meta)
         return [-(w[k] - w0[k]) / scale for k in self.target.names]

@@ -93,6 +93,17 @@ def bn_momentum(model: nn.Module) -> float | str | None:
     return "cumulative" if m is None else float(m)
 
 
+def unreached(model: nn.Module, spec: ModelSpec, images: torch.Tensor, labels: torch.Tensor, reduction: str) -> set[str]:
+    """Names of the parameters one forward and backward of ``images`` does not reach (an auxiliary head the graph
+    skips); the model's mode and statistics are restored."""
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    params = dict(model.named_parameters())
+    loss = client_loss(model, spec, images, labels, reduction)
+    grads = torch.autograd.grad(loss, list(params.values()), allow_unused=True)
+    model.load_state_dict(state)  # a train-mode BN forward moved its running statistics: undone
+    return {k for k, g in zip(params, grads) if g is None}
+
+
 def capture_update(model: nn.Module, spec: ModelSpec, images: torch.Tensor, labels: torch.Tensor,
                    cfg: CaptureConfig, base_sha256: str | None = None) -> Capture:
     kind = _validate(cfg, images.shape[0])
@@ -102,6 +113,10 @@ def capture_update(model: nn.Module, spec: ModelSpec, images: torch.Tensor, labe
     nb = images.shape[0] // cfg.batch_size
     step = torch.arange(images.shape[0], device="cpu") // cfg.batch_size
     buffers = cfg.include_buffers if cfg.include_buffers is not None else kind != "gradient"
+    # parameters the forward never reaches (GoogLeNet's and Inception's auxiliary heads in the eval graph) are not
+    # uploaded: the client's step does not change them (issue 87: autograd refused them, exit 3)
+    unused = unreached(model, spec, images[:cfg.batch_size], labels[:cfg.batch_size], cfg.reduction)
+    params = {k: p for k, p in params.items() if k not in unused}
     if kind == "gradient":
         loss = client_loss(model, spec, images, labels, cfg.reduction)
         out = dict(zip(params, torch.autograd.grad(loss, list(params.values()))))
@@ -112,7 +127,7 @@ def capture_update(model: nn.Module, spec: ModelSpec, images: torch.Tensor, labe
         sels = [slice((k % nb) * cfg.batch_size, (k % nb + 1) * cfg.batch_size) for k in range(cfg.local_steps)]
         local_sgd(model, spec, ((images[s], labels[s]) for s in sels), float(cfg.lr or 0), cfg.momentum, cfg.weight_decay)
         end = model.state_dict()
-        names = [k for k in end if k in params or buffers]
+        names = [k for k in end if (k in params or buffers) and k not in unused]
         if kind == "weights":
             out = {k: end[k].detach().clone() for k in names}
         else:
@@ -134,6 +149,7 @@ def capture_update(model: nn.Module, spec: ModelSpec, images: torch.Tensor, labe
         base_checkpoint_sha256=base_sha256,
         optimizer={"name": "sgd", "momentum": cfg.momentum, "weight_decay": cfg.weight_decay},
         defenses=[],
-        source={"tool": f"fedaudit {__version__} capture", "withheld": list(cfg.withhold), **cfg.source},
+        source={"tool": f"fedaudit {__version__} capture", "withheld": list(cfg.withhold),
+                **({"not_in_graph": sorted(unused)} if unused else {}), **cfg.source},
     )
     return Capture(out, meta, step)

@@ -17,9 +17,13 @@ def _factory(tv_name: str):
     def build(num_classes, input_shape, **kwargs):
         if input_shape[0] != 3:
             raise TypeError(f"torchvision {tv_name} takes 3 input channels, not {input_shape[0]}")
+        import warnings
+
         import torchvision
 
-        return torchvision.models.get_model(tv_name, weights=None, num_classes=num_classes, **kwargs)
+        with warnings.catch_warnings():  # GoogLeNet/Inception warn of a future default init on every build
+            warnings.simplefilter("ignore", FutureWarning)
+            return torchvision.models.get_model(tv_name, weights=None, num_classes=num_classes, **kwargs)
 
     return build
 

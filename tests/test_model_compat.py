@@ -1,5 +1,5 @@
-"""Smooth twins (fedaudit/models/smooth_twins.py): layers PyTorch cannot differentiate twice are swapped for smooth
-ones in the attack's model only, within a stated gap, and the report says so."""
+"""Models a reviewer brings (issue 87): smooth twins (fedaudit/models/smooth_twins.py) for layers PyTorch cannot
+differentiate twice, swapped in the attack's model only within a stated gap; GoogLeNet's eval graph."""
 
 from __future__ import annotations
 
@@ -55,3 +55,24 @@ def test_mobilenet_v3_small_reconstructs_with_the_gap_stated(cli, tmp_path):
     cli("reconstruct", "ig", ckpt, upd, "-o", tmp_path / "out", "-n", "2", "--proxies", "0", "-q")
     warnings = json.loads((tmp_path / "out" / "report.json").read_text())["attack"]["warnings"]
     assert any("Hardsigmoid layer(s) for smooth twins" in w for w in warnings)
+
+
+def test_googlenet_captures_and_attacks_in_its_eval_graph(cli, tmp_path):
+    """Issue 87: GoogLeNet's auxiliary heads are not in its eval graph; capture ended in exit 3 ("The differentiated
+    Tensor ... appears to not have been used in the graph"). They are not uploaded (the step does not change them),
+    the update says which, and the attack runs."""
+    from fedaudit.io.update import load_update
+
+    ckpt, upd = tmp_path / "g.safetensors", tmp_path / "u.safetensors"
+    cli("init-checkpoint", "torchvision.googlenet", "-o", ckpt, "--input-shape", "3,32,32", "-q")
+    cli("capture", ckpt, "sample_updates/lenet_b1/truth.safetensors", "-b", "1", "--bn-mode", "eval", "-o", upd, "-q")
+    meta = load_update(upd).meta
+    assert meta.source["not_in_graph"] and all(k.startswith("aux") for k in meta.source["not_in_graph"])
+    cli("reconstruct", "ig", ckpt, upd, "-o", tmp_path / "out", "-n", "1", "--proxies", "0", "--labels-file",
+        _labels(tmp_path), "-q")
+
+
+def _labels(tmp_path):
+    path = tmp_path / "labels.json"
+    path.write_text('{"labels": [3]}')
+    return path
