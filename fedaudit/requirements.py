@@ -24,7 +24,7 @@ class Requirement:
 
 def _final(tm: ThreatModel, part: str) -> str | None:
     if tm.final_layer is None:
-        return "the model has no linear output layer"
+        return tm.no_output_layer()
     name = f"{tm.final_layer}.{part}"
     if name not in dict(tm.model.named_parameters()):
         return f"the output layer has no {part} ({name} does not exist)"

@@ -122,8 +122,16 @@ class ThreatModel:
     def output_layer(self) -> str:
         """The output layer's name; methods that need one check for it first, a direct call is refused the same way."""
         if self.final_layer is None:
-            raise NotApplicable("the model has no linear output layer")
+            raise NotApplicable(self.no_output_layer())
         return self.final_layer
+
+    def no_output_layer(self) -> str:
+        """Why methods that read a linear output layer cannot apply, naming the layer the model ends in instead (a
+        SqueezeNet's 1x1 convolution), and what to do."""
+        last = [(n, type(m).__name__) for n, m in self.model.named_modules()
+                if any(True for _ in m.parameters(recurse=False))]
+        named = f" (it ends in {last[-1][0]}, a {last[-1][1]})" if last else ""
+        return f"the model has no linear output layer{named}; give the labels with --labels-file"
 
     def shared_grad(self, name: str) -> torch.Tensor:
         """The averaged gradient of parameter ``name``; NotApplicable when the update withholds it."""

@@ -76,3 +76,19 @@ def _labels(tmp_path):
     path = tmp_path / "labels.json"
     path.write_text('{"labels": [3]}')
     return path
+
+
+def test_a_conv_classifier_is_refused_with_its_layer_named_and_runs_with_labels_given(cli, tmp_path):
+    """Issue 87: SqueezeNet ends in a 1x1 convolution; every label method refused it without saying which layer, and
+    with the labels given the run ended in exit 3 (dropout under vmap, fixed with the stacked proxies). Now the
+    refusal names the layer once and says what to do, and the run with labels completes."""
+    ckpt, upd = tmp_path / "s.safetensors", tmp_path / "u.safetensors"
+    cli("init-checkpoint", "torchvision.squeezenet1_1", "-o", ckpt, "--input-shape", "3,32,32", "-q")
+    cli("capture", ckpt, "sample_updates/lenet_b4/truth.safetensors", "-b", "4", "-o", upd, "-q")
+    res = cli("labels", "auto", ckpt, upd, expect=2)
+    assert res.stderr.count("\n") == 1 and "it ends in classifier.1, a Conv2d" in res.stderr
+    assert res.stderr.count("no linear output layer") == 1 and "--labels-file" in res.stderr
+    path = tmp_path / "labels.json"
+    path.write_text('{"labels": [3, 8, 8, 0]}')
+    cli("reconstruct", "ig", ckpt, upd, "-o", tmp_path / "out", "-n", "2", "--proxies", "1", "--labels-file", path,
+        "-q")

@@ -96,13 +96,16 @@ class Auto(LabelMethod):
     @classmethod
     def why_not(cls, tm: ThreatModel, session: Session | None = None) -> list[str]:
         session = session or Session()
-        reasons = []
+        reasons: dict[str, list[str]] = {}  # each reason once, with the methods it stops
         for name, method, sub in candidates(tm, session, None):
             why = method.why_not(tm, sub)
             if not why:
                 return []
-            reasons.append(f"{name}: {'; '.join(why)}")
-        return ["no label method applies (" + " | ".join(reasons) + ")"]
+            reasons.setdefault("; ".join(dict.fromkeys(why)), []).append(name)
+        if len(reasons) == 1:
+            return [f"no label method applies: {next(iter(reasons))}"]
+        return ["no label method applies (" + " | ".join(f"{', '.join(names)}: {why}" for why, names in reasons.items())
+                + ")"]
 
     def run(self, tm: ThreatModel, session: Session) -> LabelResult:
         state = State()  # what a route tried and left, reported beside the chosen one

@@ -95,7 +95,7 @@ def trace_chain(model: nn.Module, final: str, shared: str | None) -> Chain:
 
 def _shared_grad(tm: ThreatModel) -> str | None:
     if tm.final_layer is None:
-        return "the model has no linear output layer"
+        return tm.no_output_layer()
     chain = trace_chain(tm.model, tm.final_layer, None)
     if len(chain.layers) < 2:
         return "assumptions violated: " + "; ".join(chain.violations)
