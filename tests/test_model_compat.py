@@ -92,3 +92,15 @@ def test_a_conv_classifier_is_refused_with_its_layer_named_and_runs_with_labels_
     path.write_text('{"labels": [3, 8, 8, 0]}')
     cli("reconstruct", "ig", ckpt, upd, "-o", tmp_path / "out", "-n", "2", "--proxies", "1", "--labels-file", path,
         "-q")
+
+
+def test_dlg_on_a_vision_transformer_runs(cli, tmp_path):
+    """Issue 86's held-out grid: DLG (L-BFGS) on vit-tiny ended in exit 3, "view size is not compatible with input
+    tensor's size and stride": the images' gradient came back non-contiguous through the patch embedding."""
+    ckpt, upd = tmp_path / "v.safetensors", tmp_path / "u.safetensors"
+    cli("init-checkpoint", "vit-tiny", "-o", ckpt, "-q")
+    cli("capture", ckpt, "sample_updates/lenet_b4/truth.safetensors", "-b", "4", "-o", upd, "-q")
+    path = tmp_path / "labels.json"
+    path.write_text('{"labels": [3, 8, 8, 0]}')
+    cli("reconstruct", "dlg", ckpt, upd, "-o", tmp_path / "out", "-n", "2", "--proxies", "0", "--labels-file", path,
+        "-q")

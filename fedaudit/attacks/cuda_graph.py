@@ -75,6 +75,17 @@ def why_not(attack: OptimizationAttack, mode: str) -> str | None:
     return why
 
 
+
+def contiguous_grads(opt: torch.optim.Optimizer, loss: Any) -> Any:
+    """``loss``, with every parameter's ``.grad`` made contiguous: L-BFGS flattens them with ``view(-1)``, which a
+    gradient that reaches the images through a transposed layout (a ViT's patch embedding) refused ("view size is
+    not compatible with input tensor's size and stride": DLG on vit-tiny ended in exit 3, issue 86's held-out grid)."""
+    for group in opt.param_groups:
+        for p in group["params"]:
+            if p.grad is not None and not p.grad.is_contiguous():
+                p.grad = p.grad.contiguous()
+    return loss
+
 class EagerSteps:
     """Every iteration run as Python calls it and synchronised (the loss read, the iterate checkable)."""
 
@@ -90,7 +101,7 @@ class EagerSteps:
         closure returned none."""
         for group in opt.param_groups:
             group["lr"] = self.lr * lr_factor(self.schedule, it, self.total)
-        loss = opt.step(lambda: closure(state, it))
+        loss = opt.step(lambda: contiguous_grads(opt, closure(state, it)))
         return math.nan if loss is None else loss
 
     def project(self, state) -> None:
