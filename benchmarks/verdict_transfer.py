@@ -376,6 +376,28 @@ def replaced(rows: list[dict]) -> list[dict]:
     return out
 
 
+def alarm_sources(rows: list[dict], key: str) -> dict[str, int]:
+    """For runs measured low or medium whose estimate ``key`` reaches high at its upper end, what put it there: a
+    proxy's measured point, a proxy's upper end alone (the judge's doubt about that proxy), or the rule's upper end
+    (the real run scored above every proxy)."""
+    out: dict[str, int] = {}
+    for r in rows:
+        e = r.get(key)
+        if not e or r["measured"]["band"] not in ("low", "medium") or level(e["range"][1]) < level("high"):
+            continue
+        recs = [p for p in r.get("proxy_records") or [] if p.get("score_db") is not None]
+        if any(level(p["measured"]["band"]) >= level("high") for p in recs):
+            why = "a proxy measured high or above"
+        elif any(level(p["measured"]["range"][1]) >= level("high") for p in recs):
+            why = "a proxy's upper end only"
+        elif e.get("outside_proxies"):
+            why = "the rule's upper end (the run scored above every proxy)"
+        else:
+            why = "no proxies (the rule alone)"
+        out[why] = out.get(why, 0) + 1
+    return out
+
+
 def table(rows: list[dict]) -> str:
     ok = [r for r in rows if "measured" in r]
     failed = [r for r in rows if "error" in r]
@@ -402,6 +424,10 @@ def table(rows: list[dict]) -> str:
                        ("placed_one-sided", "calibrated, one-sided placement (the default)")]
     lines += sharpness_table(placed, estimators + [("rule", "frozen rule with its range"),
                                                    ("constant", "baseline: always low [low .. very high]")])
+    sources = alarm_sources(placed, "placed_one-sided")
+    if sources:
+        lines += ["", "Where the default placement's false alarms of `--fail-on high` (upper end) come from: " +
+                  ", ".join(f"{why} {n}" for why, n in sources.items()) + "."]
     for key, name in (("estimate", "Calibrated on proxies"), ("rule", "Old frozen rule")):
         lines += ["", f"{name}: point estimate against the measured point", ""] + confusion(ok, key)
     lines += ["", "Held out by group (calibrated: under-report / point agreement / median width / runs; old rule: "
