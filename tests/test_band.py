@@ -176,3 +176,16 @@ def test_a_psnr_only_band_is_said_on_stderr_when_lpips_is_missing(monkeypatch):
     assert parse(Measured, m).skipped_line() == ("warning: LPIPS and identification were skipped (no vgg weights): the band is "
                                "PSNR-only; pass --lpips-weights or install the LPIPS backbone weights (docs/metrics.md)")
     assert parse(Measured, {"identification": {"rate": 0.5}}).skipped_line() is None
+
+
+def test_a_shifted_view_the_nulls_match_does_not_open_a_b2_range_to_very_high():
+    """Issue 86's held-out grid: vit-tiny at B = 2, below its floor, 1 of 2 identified and 2 of 2 under one shift,
+    while the batch mean (a null) was identified 1 of 2: it read low .. very high. At B >= 2 the lenient view counts
+    only beyond chance of the nulls; at B = 1 it stays "not ruled out" (test above)."""
+    ident_b2 = {**ident(1, 2, firm=1, possible=2), "views": [1, 1, 1, 1, 2],
+                "nulls": {"batch_mean": {"identified": 1, "of": 2}}, "chance": 1 / 64}
+    band = measured_band(torch.tensor([13.9, 14.9]), torch.tensor([14.7, 16.7]), ident_b2)
+    assert band["range"] == ["low", "low"] and band["identification"]["most_lenient_p_value"] > 0.05
+    clear = measured_band(torch.full((8,), 9.0), torch.full((8,), 10.0), {**ident(6, 8, firm=5, possible=7),
+                                                                          "views": [6, 5, 7, 6, 6]})
+    assert clear["range"][1] == "very_high"  # 7 of 8 under one shift, far beyond the nulls: not ruled out

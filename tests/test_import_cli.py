@@ -162,3 +162,5 @@ def test_a_torchvision_mnasnet_state_dict_imports(cli, tmp_path):
         "3,32,32", "-o", tmp_path / "ck.safetensors", "-q")
     assert torch.equal(load_checkpoint(tmp_path / "ck.safetensors").model.state_dict()["layers.0.weight"],
                        model.state_dict()["layers.0.weight"])
+    cli("capture", tmp_path / "ck.safetensors", "sample_updates/lenet_b1/truth.safetensors", "-b", "1", "--bn-mode",
+        "eval", "-o", tmp_path / "u.safetensors", "-q")  # the capture restores the model's state with its versions

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import fnmatch
 import math
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import torch
@@ -96,7 +97,9 @@ def bn_momentum(model: nn.Module) -> float | str | None:
 def unreached(model: nn.Module, spec: ModelSpec, images: torch.Tensor, labels: torch.Tensor, reduction: str) -> set[str]:
     """Names of the parameters one forward and backward of ``images`` does not reach (an auxiliary head the graph
     skips); the model's mode and statistics are restored."""
-    state = {k: v.clone() for k, v in model.state_dict().items()}
+    saved = model.state_dict()
+    state = OrderedDict((k, v.clone()) for k, v in saved.items())
+    state._metadata = getattr(saved, "_metadata", None)  # type: ignore[attr-defined]  # modules that check versions
     params = dict(model.named_parameters())
     loss = client_loss(model, spec, images, labels, reduction)
     grads = torch.autograd.grad(loss, list(params.values()), allow_unused=True)
