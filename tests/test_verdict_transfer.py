@@ -25,7 +25,7 @@ def test_the_old_measured_band_is_the_worse_of_the_paper_band_and_the_raw_identi
     assert old_measured(row("low", "low", ["low", "low"], "low", paper="medium", identified=1.0)) == "very_high"
     assert old_measured(row("low", "low", ["low", "low"], "low", paper="medium", identified=0.0)) == "medium"
     text = table([row("low", "low", ["low", "medium"], "very_high", paper="medium", identified=1.0)])
-    assert "| calibrated on proxies (new) |" in text and "frozen rule, point only (before)" in text
+    assert "| calibrated on proxies (today's placement) |" in text and "frozen rule, point only (before)" in text
     assert "Cost (CPU, one thread)" in text
 
 
