@@ -221,24 +221,23 @@ def family_cases(n: int, seed: int = 0) -> list[dict]:
     DP and 4-bit quantisation; longer budgets so that high and very high are a real share of the grid. CPU caps:
     B = 8 on Flower's CNN and the MLP only; ResNet-10 and ViT at most 300 iterations and one restart."""
     rng = random.Random(f"transfer-families-{seed}")
-    out = []
-    for i in range(FAMILY_IDS, FAMILY_IDS + n):
-        name = rng.choice(list(FAMILY_MODELS))
-        attack, iters, lr = rng.choice(FAMILY_ATTACKS)
-        b = rng.choice(FAMILY_SIZES)
-        restarts = rng.choice((1, 2))
-        if b == 8 and name not in ("flower-cnn", "mlp-256"):
-            b = 2
-        if name in ("resnet10-w32", "vit-tiny"):
-            iters, restarts = min(iters, 300), 1
-        source = rng.choice(FAMILY_SOURCES)
-        if source in ("cifar10", "cifar100") and b > 20:
-            source = "uci"
-        out.append({"id": i, "model": name, "source": source, "B": b, "K": 1, "attack": attack,
-                    "iterations": iters, "lr": lr,
-                    "defense": "none" if rng.random() < 0.6 else rng.choice(FAMILY_DEFENSES),
-                    "restarts": restarts, "seed": rng.randrange(10_000)})
-    return out
+    return [_family_case(rng, i, list(FAMILY_MODELS), FAMILY_ATTACKS, 0.6) for i in range(FAMILY_IDS, FAMILY_IDS + n)]
+
+
+def _family_case(rng: random.Random, i: int, models, attacks, undefended: float) -> dict:
+    """One draw of the third grid (the draws' order is the rows' seeds: do not reorder)."""
+    name = rng.choice(models)
+    attack, iters, lr = rng.choice(attacks)
+    b = rng.choice(FAMILY_SIZES)
+    restarts = rng.choice((1, 2))
+    if b == 8 and name not in ("flower-cnn", "mlp-256"):
+        b = 2
+    if name in ("resnet10-w32", "vit-tiny"):
+        iters, restarts = min(iters, 300), 1
+    return {"id": i, "model": name, "source": rng.choice(FAMILY_SOURCES), "B": b, "K": 1, "attack": attack,
+            "iterations": iters, "lr": lr,
+            "defense": "none" if rng.random() < undefended else rng.choice(FAMILY_DEFENSES),
+            "restarts": restarts, "seed": rng.randrange(10_000)}
 
 
 LEAKY_IDS = 2100
@@ -251,21 +250,7 @@ def leaky_family_cases(n: int, seed: int = 0) -> list[dict]:
     rng = random.Random(f"transfer-families-leaky-{seed}")
     models = ("flower-cnn", "flower-cnn", "mlp-256", "mlp-256", "vit-tiny", "resnet10-w32")
     attacks = (("ig", 1000, None), ("ig", 1000, None), ("hfgi", 300, None), ("dlg", 300, None), ("fedleak", 200, 0.03))
-    out = []
-    for i in range(LEAKY_IDS, LEAKY_IDS + n):
-        name = rng.choice(models)
-        attack, iters, lr = rng.choice(attacks)
-        b = rng.choice(FAMILY_SIZES)
-        restarts = rng.choice((1, 2))
-        if b == 8 and name not in ("flower-cnn", "mlp-256"):
-            b = 2
-        if name in ("resnet10-w32", "vit-tiny"):
-            iters, restarts = min(iters, 300), 1
-        out.append({"id": i, "model": name, "source": rng.choice(FAMILY_SOURCES), "B": b, "K": 1, "attack": attack,
-                    "iterations": iters, "lr": lr,
-                    "defense": "none" if rng.random() < 0.75 else rng.choice(FAMILY_DEFENSES),
-                    "restarts": restarts, "seed": rng.randrange(10_000)})
-    return out
+    return [_family_case(rng, i, models, attacks, 0.75) for i in range(LEAKY_IDS, LEAKY_IDS + n)]
 
 
 def run(case: dict, proxies: int) -> dict:

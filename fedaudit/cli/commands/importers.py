@@ -13,6 +13,12 @@ from fedaudit.cli.errors import handle_errors
 from fedaudit.cli.options import AllowCustomArchOpt, BNMode, ForceOpt, Kind, QuietOpt, Sign
 from fedaudit.errors import InputError
 
+# the local-training options both update importers take
+BNModeOpt = Annotated[Optional[BNMode], typer.Option("--bn-mode", help="BatchNorm mode of local training, if known.",
+                                                     show_default=False)]
+MomentumOpt = Annotated[float, typer.Option("--momentum", help="SGD momentum of local training.")]
+WeightDecayOpt = Annotated[float, typer.Option("--weight-decay", help="SGD weight decay of local training.")]
+
 import_app = typer.Typer(no_args_is_help=True, help="Convert other formats into fedaudit's safetensors files.")
 
 
@@ -33,9 +39,9 @@ def flower_npz(
     lr: Annotated[Optional[float], typer.Option("--lr", help="Client learning rate (needed for delta/weights).", show_default=False)] = None,
     num_examples: Annotated[Optional[int], typer.Option("--num-examples", help="Examples the client trained on (Flower's "
                                                                                "num_examples).", show_default=False)] = None,
-    bn_mode: Annotated[Optional[BNMode], typer.Option("--bn-mode", help="BatchNorm mode of local training, if known.", show_default=False)] = None,
-    momentum: Annotated[float, typer.Option("--momentum", help="SGD momentum of local training.")] = 0.0,
-    weight_decay: Annotated[float, typer.Option("--weight-decay", help="SGD weight decay of local training.")] = 0.0,
+    bn_mode: BNModeOpt = None,
+    momentum: MomentumOpt = 0.0,
+    weight_decay: WeightDecayOpt = 0.0,
     force: ForceOpt = False,
     quiet: QuietOpt = False,
     allow_custom_arch: AllowCustomArchOpt = False,
@@ -74,18 +80,14 @@ def update_cmd(
     delta_sign: Annotated[Sign, typer.Option("--delta-sign", help="For a delta: local_minus_global or "
                                                                   "global_minus_local.")] = Sign.local_minus_global,
     reduction: Annotated[str, typer.Option("--reduction", help="For a gradient: mean or sum over the batch.")] = "mean",
-    bn_mode: Annotated[Optional[BNMode], typer.Option("--bn-mode", help="BatchNorm mode of local training, if known.",
-                                                      show_default=False)] = None,
-    momentum: Annotated[float, typer.Option("--momentum", help="SGD momentum of local training.")] = 0.0,
-    weight_decay: Annotated[float, typer.Option("--weight-decay", help="SGD weight decay of local training.")] = 0.0,
+    bn_mode: BNModeOpt = None,
+    momentum: MomentumOpt = 0.0,
+    weight_decay: WeightDecayOpt = 0.0,
     force: ForceOpt = False,
     quiet: QuietOpt = False,
     allow_custom_arch: AllowCustomArchOpt = False,
 ) -> None:
-    """Import a plain PyTorch save (no fedaudit metadata) as a recorded update, the recipe given here.
-
-    Example: fedaudit import update grads.safetensors -c ckpt.safetensors -o update.safetensors --kind gradient -b 8
-    """
+    """Import a plain PyTorch save (no fedaudit metadata) as a recorded update, the recipe given here."""
     from fedaudit.io.checkpoint import load_checkpoint
     from fedaudit.io.plain_update import plain_update
     from fedaudit.io.update import save_update
