@@ -4,6 +4,9 @@ sources, batch sizes, recipes and budgets the old rule was never fitted on.
     .venv/bin/python -m benchmarks.verdict_transfer --runs 200 --shard 0/2 &     # collect (resumable), two shards
     .venv/bin/python -m benchmarks.verdict_transfer --runs 200 --shard 1/2
     .venv/bin/python -m benchmarks.verdict_transfer --grid gaps --runs 60        # the second grid
+    .venv/bin/python -m benchmarks.verdict_transfer --grid families --runs 60   # the held-out third grid (its UCI
+    .venv/bin/python -m benchmarks.verdict_transfer --grid families-leaky --runs 60  # digits need scikit-learn's file:
+                                                                                 # .venv/bin/pip install scikit-learn)
     .venv/bin/python -m benchmarks.verdict_transfer --table                     # docs/results/verdict.md's tables
     .venv/bin/python -m benchmarks.verdict_transfer --rerun benchmarks/results/verdict_transfer.jsonl \\
         --max-seconds 60 --out benchmarks/results/verdict_transfer_floor2.jsonl    # the same runs, today's yardstick
