@@ -13,9 +13,9 @@ from fedaudit.conversion import local_minus_global, optimizer_terms, to_average_
 from fedaudit.errors import InputError
 from fedaudit.io.text_adapter import load_text_model
 from fedaudit.io.text_checkpoint import LORA_PARTS, TextCheckpoint
-from fedaudit.io.update import RecordedUpdate, UpdateMeta, load_update
+from fedaudit.io.update import RecordedUpdate, UpdateMeta, check_update_tensors, load_update
 from fedaudit.models.text_families import FAMILIES
-from fedaudit.threat_model import check_update_tensors, with_batch_size
+from fedaudit.threat_model import with_batch_size
 
 
 @dataclass

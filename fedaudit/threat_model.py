@@ -23,10 +23,8 @@ from fedaudit.conversion import (
 )
 from fedaudit.errors import InputError, NotApplicable
 from fedaudit.io.checkpoint import Checkpoint, load_checkpoint
-from fedaudit.io.update import MAX_BATCH, RecordedUpdate, UpdateMeta, load_update
+from fedaudit.io.update import MAX_BATCH, RecordedUpdate, UpdateMeta, check_update_tensors, load_update
 from fedaudit.models import ModelSpec, final_linear
-
-HUGE = 1e18  # |entry| above which squares overflow float32 (3.4e38)
 
 
 @dataclass
@@ -215,35 +213,6 @@ def with_batch_size(meta: UpdateMeta, batch_size: int | None, mode: str, src: st
         raise InputError(f"--batch-size {batch_size} contradicts the batch size {meta.batch_size} that {src} "
                          f"records; pass --force to use {batch_size}")
     return meta if contradicts and mode == "fill" else dataclasses.replace(meta, batch_size=batch_size)
-
-
-def check_update_tensors(tensors: dict[str, torch.Tensor], reference: dict[str, torch.Tensor], src: str, what: str,
-                         hint: str = "", allow_nonfinite: bool = False) -> list[str]:
-    """Refuse an upload's tensor that is not one of ``reference``'s (``what`` names them in the message), has another
-    shape, or holds integers where the model holds floats; refuse NaN/Inf and entries too large to compute with
-    unless ``allow_nonfinite``. ``hint`` ends the name and shape lines. Returns the tensors holding NaN/Inf."""
-    for k, v in tensors.items():
-        ref = reference.get(k)
-        if ref is None:
-            raise InputError(f"{src}: tensor {k!r} is not {what}{hint}")
-        if tuple(v.shape) != tuple(ref.shape):
-            raise InputError(f"{src}: tensor {k!r} has shape {list(v.shape)}, the model expects {list(ref.shape)}{hint}")
-        if ref.is_floating_point() and not v.is_floating_point():
-            # an integer upload (e.g. int32) would be read as a gradient of whole numbers: refuse it
-            raise InputError(f"{src}: tensor {k!r} has dtype {str(v.dtype).replace('torch.', '')}; "
-                             "a parameter's update must be floating point (float16, bfloat16, float32 or float64)")
-    nonfinite = [k for k, v in tensors.items() if v.is_floating_point() and not torch.isfinite(v).all()]
-    if nonfinite and not allow_nonfinite:
-        raise InputError(f"{src}: tensor {nonfinite[0]!r} contains NaN or Inf"
-                         + (f" (+{len(nonfinite) - 1} more)" if len(nonfinite) > 1 else ""))
-    # entries so large that their squares overflow float32: no gradient of a finite loss, and every distance
-    # computed on them would be Inf
-    huge = [k for k, v in tensors.items() if k not in nonfinite and v.is_floating_point() and v.numel()
-            and float(v.abs().max()) > HUGE]
-    if huge and not allow_nonfinite:
-        raise InputError(f"{src}: tensor {huge[0]!r} has entries above {HUGE:.0e} in magnitude (a diverged or "
-                         "corrupt update); fedaudit cannot compute with it")
-    return nonfinite
 
 
 def load_threat_model(checkpoint_path: str | Path, update_path: str | Path, *, batch_size: int | None = None,

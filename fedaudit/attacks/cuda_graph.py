@@ -75,7 +75,6 @@ def why_not(attack: OptimizationAttack, mode: str) -> str | None:
     return why
 
 
-
 def contiguous_grads(opt: torch.optim.Optimizer, loss: Any) -> Any:
     """``loss``, with every parameter's ``.grad`` made contiguous: L-BFGS flattens them with ``view(-1)``, which a
     gradient that reaches the images through a transposed layout (a ViT's patch embedding) refused ("view size is
@@ -85,6 +84,7 @@ def contiguous_grads(opt: torch.optim.Optimizer, loss: Any) -> Any:
             if p.grad is not None and not p.grad.is_contiguous():
                 p.grad = p.grad.contiguous()
     return loss
+
 
 class EagerSteps:
     """Every iteration run as Python calls it and synchronised (the loss read, the iterate checkable)."""

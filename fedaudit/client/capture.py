@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 import fnmatch
 import math
-from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import torch
@@ -94,19 +93,6 @@ def bn_momentum(model: nn.Module) -> float | str | None:
     return "cumulative" if m is None else float(m)
 
 
-def unreached(model: nn.Module, spec: ModelSpec, images: torch.Tensor, labels: torch.Tensor, reduction: str) -> set[str]:
-    """Names of the parameters one forward and backward of ``images`` does not reach (an auxiliary head the graph
-    skips); the model's mode and statistics are restored."""
-    saved = model.state_dict()
-    state = OrderedDict((k, v.clone()) for k, v in saved.items())
-    state._metadata = getattr(saved, "_metadata", None)  # type: ignore[attr-defined]  # modules that check versions
-    params = dict(model.named_parameters())
-    loss = client_loss(model, spec, images, labels, reduction)
-    grads = torch.autograd.grad(loss, list(params.values()), allow_unused=True)
-    model.load_state_dict(state)  # a train-mode BN forward moved its running statistics: undone
-    return {k for k, g in zip(params, grads) if g is None}
-
-
 def capture_update(model: nn.Module, spec: ModelSpec, images: torch.Tensor, labels: torch.Tensor,
                    cfg: CaptureConfig, base_sha256: str | None = None) -> Capture:
     kind = _validate(cfg, images.shape[0])
@@ -117,18 +103,22 @@ def capture_update(model: nn.Module, spec: ModelSpec, images: torch.Tensor, labe
     step = torch.arange(images.shape[0], device="cpu") // cfg.batch_size
     buffers = cfg.include_buffers if cfg.include_buffers is not None else kind != "gradient"
     # parameters the forward never reaches (GoogLeNet's and Inception's auxiliary heads in the eval graph) are not
-    # uploaded: the client's step does not change them (issue 87: autograd refused them, exit 3)
-    unused = unreached(model, spec, images[:cfg.batch_size], labels[:cfg.batch_size], cfg.reduction)
-    params = {k: p for k, p in params.items() if k not in unused}
+    # uploaded: the client's step does not change them (issue 87: autograd refused them, exit 3). Read from the
+    # client's own pass: no gradient (FedSGD), no .grad after the local steps (FedAvg)
     if kind == "gradient":
         loss = client_loss(model, spec, images, labels, cfg.reduction)
-        out = dict(zip(params, torch.autograd.grad(loss, list(params.values()))))
+        grads = dict(zip(params, torch.autograd.grad(loss, list(params.values()), allow_unused=True)))
+        unused = {k for k, g in grads.items() if g is None}
+        out = {k: g for k, g in grads.items() if g is not None}
         if buffers:  # the buffers after the forward (train-mode BN moved its running statistics once)
             out.update({k: v.detach().clone() for k, v in model.state_dict().items() if k not in params})
     else:
         start = {k: v.detach().clone() for k, v in model.state_dict().items()}
         sels = [slice((k % nb) * cfg.batch_size, (k % nb + 1) * cfg.batch_size) for k in range(cfg.local_steps)]
+        for p in params.values():
+            p.grad = None  # a gradient the checkpoint's model carried in would hide an unreached parameter
         local_sgd(model, spec, ((images[s], labels[s]) for s in sels), float(cfg.lr or 0), cfg.momentum, cfg.weight_decay)
+        unused = {k for k, p in params.items() if p.requires_grad and p.grad is None}
         end = model.state_dict()
         names = [k for k in end if (k in params or buffers) and k not in unused]
         if kind == "weights":

@@ -3,7 +3,8 @@
 (``fedaudit import update``; docs/usage.md, "Your own training loop's saves").
 
 The names must be the checkpoint model's (``model.state_dict()`` keys; a ``module.`` prefix from DataParallel or DDP
-is taken off); a tensor the model lacks, a shape that differs, a non-float parameter or a NaN is one clear error.
+is taken off); a tensor the model lacks, a shape that differs, a non-float parameter or a NaN is one clear error, by
+the checks every recorded update passes (``check_update_tensors``).
 Tensors the save leaves out are withheld (the attacks match what is present). The recipe the file cannot carry
 (what the tensors are, B, K, the learning rate) comes from the command line, and what is missing is named.
 """
@@ -11,13 +12,13 @@ Tensors the save leaves out are withheld (the attacks match what is present). Th
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import nn
 
 from fedaudit.errors import InputError
 from fedaudit.io.files import read_safetensors
+from fedaudit.io.update import UpdateMeta, check_update_tensors
 
 PREFIXES = ("module.", "_orig_mod.")  # DataParallel / DDP, torch.compile
 
@@ -31,24 +32,13 @@ def named_tensors(path: str | Path, model: nn.Module) -> dict[str, torch.Tensor]
         if all(k.startswith(prefix) for k in tensors):
             tensors = {k[len(prefix):]: v for k, v in tensors.items()}
     ref = model.state_dict()
-    unknown = sorted(set(tensors) - set(ref))
-    if unknown:
-        shown = ", ".join(repr(k) for k in unknown[:3]) + (f" and {len(unknown) - 3} more" if len(unknown) > 3 else "")
-        raise InputError(f"update {str(path)!r}: {shown} not in the checkpoint's model (its names look like "
-                         f"{next(iter(ref))!r}): was it saved from another architecture?")
-    out = {}
-    for name, t in tensors.items():
-        if tuple(t.shape) != tuple(ref[name].shape):
-            raise InputError(f"update {str(path)!r}: {name!r} has shape {list(t.shape)}, the model's is "
-                             f"{list(ref[name].shape)}")
-        if ref[name].is_floating_point():
-            if not t.is_floating_point():
-                raise InputError(f"update {str(path)!r}: {name!r} is {t.dtype}, but that tensor is floating point")
-            if not torch.isfinite(t).all():
-                raise InputError(f"update {str(path)!r}: {name!r} holds NaN or Inf")
-            t = t.to(ref[name].dtype)
-        out[name] = t
-    if not any(ref[k].is_floating_point() and k in dict(model.named_parameters()) for k in out):
+    # the checks every recorded update's tensors pass (fedaudit/io/update.py): a name the model lacks, another shape,
+    # integers where the model holds floats, NaN/Inf or entries too large to compute with
+    check_update_tensors(tensors, ref, f"update {str(path)!r}", "in the checkpoint's model",
+                         f" (its names look like {next(iter(ref))!r}: was it saved from another architecture?)")
+    out = {k: t.to(ref[k].dtype) if ref[k].is_floating_point() else t for k, t in tensors.items()}
+    params = dict(model.named_parameters())
+    if not any(k in params and ref[k].is_floating_point() for k in out):
         raise InputError(f"update {str(path)!r} holds no parameter of the model (buffers only)")
     return out
 
@@ -56,10 +46,8 @@ def named_tensors(path: str | Path, model: nn.Module) -> dict[str, torch.Tensor]
 def plain_update(path: str | Path, model: nn.Module, base_sha256: str | None, *, kind: str,
                  batch_size: int | None, local_steps: int = 1, lr: float | None = None,
                  delta_sign: str = "local_minus_global", reduction: str = "mean", bn_mode: str | None = None,
-                 momentum: float = 0.0, weight_decay: float = 0.0) -> tuple[dict[str, torch.Tensor], Any]:
+                 momentum: float = 0.0, weight_decay: float = 0.0) -> tuple[dict[str, torch.Tensor], UpdateMeta]:
     """(tensors, UpdateMeta) of a plain save with the recipe given on the command line."""
-    from fedaudit.io.update import UpdateMeta
-
     if kind in ("delta", "weights") and lr is None:
         raise InputError(f"a {kind} needs the client's learning rate: pass --lr (and -k, the local steps it ran)")
     if kind == "gradient" and local_steps != 1:

@@ -392,8 +392,9 @@ class ReconstructJob:
         if s.get("iterations_capped"):
             warnings.append(f"iterations capped at {s['iterations']} by {s['iterations_capped']}: a smoke run, not a verdict")
         default = self.attack_cls.defaults["iterations"]
-        if result.interrupted and result.iterations_run < s["iterations"] * s["restarts"]:
-            warnings.append(unfinished.note(result.iterations_run, s["iterations"] * s["restarts"]))
+        budget = s["iterations"] * s["restarts"]
+        if result.interrupted and result.iterations_run < budget:
+            warnings.append(unfinished.note(result.iterations_run, budget))
         if s["iterations"] < SHORT_BUDGET * default:
             warnings.append(f"{s['iterations']} iterations is under {SHORT_BUDGET:.0%} of {self.attack}'s default "
                             f"({default}): a low band from so short a run shows little about leakage")

@@ -54,16 +54,17 @@ class TextReconstructJob:
         tm = self.load().on(self.session.device)
         truth = load_text_truth(truth_path) if truth_path is not None else None
         mismatch = check_truth(truth, tm.update.sha256, self.truth_mismatch) if truth is not None else None
-        cap = max_iterations()  # FEDAUDIT_MAX_ITERATIONS caps the optimising text attacks' steps too (smoke runs)
-        if cap is not None and int(self.options.get("steps") or 0) > cap:
-            self.options = {**self.options, "steps": cap}
-        attack = TEXT_ATTACKS.get(self.attack)(**self.options)
+        options = self.options  # FEDAUDIT_MAX_ITERATIONS caps the optimising text attacks' steps too (smoke runs)
+        cap = max_iterations()
+        if cap is not None and int(options.get("steps") or 0) > cap:
+            options = {**options, "steps": cap}
+        attack = TEXT_ATTACKS.get(self.attack)(**options)
         if why := attack.reasons(tm.checkpoint, tm.gradient, tm.meta.local_steps):
             raise NotApplicable(f"{self.attack}: {'; '.join(why)}")
         weights = "adapter_model.safetensors" if tm.checkpoint.adapter else "model.safetensors"
         record = new_report("reconstruct", {"checkpoint": f"{tm.checkpoint.source}/{weights}",
                                             "update": self.update, "truth": truth_path},
-                            {"attack": self.attack, **self.options, "gate": self.gate}, self.session.seed,
+                            {"attack": self.attack, **options, "gate": self.gate}, self.session.seed,
                             device=str(self.session.device))
         t0 = time.perf_counter()
         try:

@@ -66,7 +66,10 @@ def null_psnr(truth: torch.Tensor) -> dict[str, torch.Tensor]:
 
 def floor_per_image(truth: torch.Tensor) -> tuple[torch.Tensor, list[str]]:
     """Per image, the best PSNR of the null references (its floor) and which reference set it."""
-    scores = null_psnr(truth)
+    return _best(null_psnr(truth))
+
+
+def _best(scores: dict[str, torch.Tensor]) -> tuple[torch.Tensor, list[str]]:
     names = list(scores)
     best, which = torch.stack([scores[n] for n in names]).max(0)
     return best, [names[int(i)] for i in which]
@@ -90,7 +93,7 @@ def blank_baseline(truth: torch.Tensor) -> dict[str, Any]:
     floor = max(BLANKS, key=lambda n: out[n]["psnr"])
     out["floor"] = {"image": floor, "psnr": out[floor]["psnr"], "ssim": out[floor]["ssim"]}
     scores = null_psnr(truth)
-    best, which = floor_per_image(truth)
+    best, which = _best(scores)
     out["nulls"] = {name: float(v.double().mean()) for name, v in scores.items()}
     out["null_floor_psnr"] = float(best.double().mean())
     out["floor_set_by"] = {name: which.count(name) for name in scores if which.count(name)}
