@@ -34,3 +34,21 @@ def test_the_grid_is_seeded_and_within_the_cpu_budget():
     assert grid == cases(60)
     assert all(c["B"] <= 4 or c["model"].startswith("lenet") for c in grid)
     assert all(c["B"] == 1 and c["restarts"] == 1 for c in grid if c["model"] == "vgg16-pretrained")
+
+
+def test_the_placement_frontier_counts_runs_above_every_proxy_and_the_alarm_floor():
+    from benchmarks.verdict_placements import bound, place
+
+    def rec(score: float, band: str, upper: str) -> dict:
+        return {"score_db": score, "measured": {"band": band, "range": [band, upper]}}
+
+    recs = [rec(10.0, "low", "high"), rec(11.0, "low", "low"), rec(12.0, "medium", "medium")]
+    rule = {"band": "high", "range": ["medium", "very_high"], "score_db": 12.5}  # above every proxy, within 1.3 dB
+    assert place(rule, recs, "points") == {"band": "medium", "range": ["low", "very_high"]}
+    assert place(rule, recs, "points, +1 level above") == {"band": "medium", "range": ["low", "high"]}
+    assert place(rule, recs, "points, rule beyond 1.3 dB")["range"] == ["low", "high"]
+    assert place({**rule, "score_db": 14.0}, recs, "points, rule beyond 1.3 dB")["range"] == ["low", "very_high"]
+    assert place({**rule, "score_db": 11.5}, recs, "upper ends, rule beyond 1.3 dB")["range"] == ["low", "high"]
+    rows = [{"measured": {"band": "high"}, "proxy_records": recs},
+            {"measured": {"band": "low"}, "proxy_records": [rec(1.0, "high", "high"), rec(2.0, "low", "low")]}]
+    assert bound(rows) == {"runs": 2, "above_every_proxy": 1, "proxies_disagree": 2, "quiet": 1, "quiet_proxy_high": 1}
