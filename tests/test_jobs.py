@@ -154,7 +154,7 @@ LAYERS = [
     {"requirements", "session", "client", "channels"},
     {"methods"},
     {"labels", "attacks"},
-    {"defenses", "verdict"},
+    {"defenses", "verdict", "scan"},
     {"inspection", "text_inspection", "jobs", "integrations", "catalog"},
     {"cli", "__main__"},
 ]

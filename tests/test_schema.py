@@ -20,7 +20,7 @@ def test_the_published_schemas_are_generated_from_the_types():
     # the repository's published files (an installed fedaudit has no docs/ beside it)
     assert schema.main(["--check", "--out", str(ROOT / "docs" / "schema")]) == 0, "run: python -m fedaudit.report.schema"
     assert set(DOCUMENTS) == {"reconstruct", "labels", "inspect", "score", "audit", "audit-round", "defend", "capture",
-                              "reconstruct-text", "inspect-text", "capture-text"}
+                              "reconstruct-text", "inspect-text", "capture-text", "scan"}
 
 
 @pytest.mark.slow

@@ -22,6 +22,7 @@ from fedaudit.cli.commands import (
     lpips_export,
     models,
     reconstruct,
+    scan,
     score,
     train_critic,
     train_inverter,
@@ -57,7 +58,7 @@ def make_app() -> typer.Typer:
                                           help="Print the version and exit.")) -> None:
         """fedaudit: label recovery, reconstruction attacks, defenses and reports for captured FL updates."""
 
-    for module in (models, inspect, labels, reconstruct, defend, audit, audit_round, capture, importers, init_checkpoint, score,
+    for module in (models, inspect, labels, reconstruct, defend, audit, audit_round, capture, importers, init_checkpoint, scan, score,
                    lpips_export, train_inverter, train_critic, aux):
         module.register(app)
     add_examples(app)

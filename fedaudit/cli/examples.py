@@ -26,6 +26,7 @@ COMMANDS = {
     "import update": "fedaudit import update grads.safetensors -c checkpoint.safetensors -o update.safetensors --kind gradient -b 8",
     "import checkpoint": "fedaudit import checkpoint state.safetensors --arch torchvision.resnet18 -o checkpoint.safetensors",
     "aux export": "fedaudit aux export cifar10 -o aux.safetensors",
+    "scan": f"{S}; fedaudit scan $S/checkpoint.safetensors --fail-on high --html scan.html > scan.json",
 }
 GROUPS = {
     "labels": f"{S}; fedaudit labels {{name}} {ARGS} -o labels.json",

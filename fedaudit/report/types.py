@@ -6,7 +6,7 @@ schema it follows. The JSON Schemas in docs/schema/ are generated from these typ
 fedaudit.report.schema``); a test validates every document the suite prints against them and fails when the
 published files are stale. How the schemas change: docs/schema/README.md.
 
-Typed: ``reconstruct``, ``labels``, ``inspect``, ``score``, ``audit``, ``audit-round``, ``defend`` and ``capture``;
+Typed: ``reconstruct``, ``labels``, ``inspect``, ``score``, ``audit``, ``audit-round``, ``defend``, ``capture`` and ``scan``;
 nested parts are typed where a pipeline gates on them (bands, ranges, gates, cells, clients) and open objects
 elsewhere. The tools' own outputs (``models``, ``init-checkpoint``, ``aux export``, ``train-*``) are not yet.
 """
@@ -317,9 +317,50 @@ class TextCaptureSummary(Document):
     lines: list[dict[str, Any]]
 
 
+@dataclass
+class ScanFinding:
+    """One finding of ``fedaudit scan`` (fedaudit/scan/finding.py)."""
+
+    check: str
+    tensor: str
+    statistic: str
+    value: float | str  # "inf" / "-inf" where the statistic is unbounded (a zero denominator)
+    benign: str
+    severity: Literal["info", "medium", "high"]
+    indicates: str
+    recovers: str
+    detail: str
+    extra: dict[str, Any] | None
+
+
+@dataclass
+class ScanResult(Document):
+    """``fedaudit scan``'s stdout: is this checkpoint built to leak? (``--format sarif`` prints SARIF instead)."""
+
+    command = "scan"
+
+    checkpoint: dict[str, Any]
+    severity: Literal["none", "info", "medium", "high"]
+    built_to_leak: bool
+    findings: list[ScanFinding]
+    counts: dict[str, int]
+    checks: list[str]
+    seconds: dict[str, float]
+    seconds_total: float
+    declared: str | None
+    kind: Literal["image", "text", "state_dict"]
+    model_built: bool
+    probe: str | None
+    measured: dict[str, Any]
+    notes: list[str]
+    tensors: int
+    fedaudit_version: str
+    created_at: str
+
+
 DOCUMENTS: dict[str, type[Document]] = {t.schema_name or t.command: t for t in (
     ReconstructSummary, LabelsResult, InspectResult, ScoreSummary, AuditSummary, RoundSummary, DefendSummary,
-    CaptureSummary, TextReconstructSummary, TextInspectResult, TextCaptureSummary)}
+    CaptureSummary, TextReconstructSummary, TextInspectResult, TextCaptureSummary, ScanResult)}
 
 
 def pick(kind: type, record: dict[str, Any]) -> Any:

@@ -1,0 +1,206 @@
+"""`fedaudit scan` (issue 89): each malicious construction, written here from its paper (breaching's own builds are in
+benchmarks/scan.py), is flagged at the highest severity; the shipped samples are not; SARIF, HTML and exit codes."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from fedaudit.io.checkpoint import spec_metadata
+from fedaudit.io.files import write_safetensors
+from fedaudit.jobs.scan import ScanJob, fails
+from fedaudit.models import ModelSpec, build_model
+from fedaudit.scan.checks.trap_rows import paired_share
+from fedaudit.scan.rows import copy_groups
+
+from .helpers import SAMPLES, SAMPLE_NAMES
+
+SPEC = ModelSpec("lenet", 10, (3, 32, 32), (0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
+
+
+def _save(path: Path, state: dict[str, torch.Tensor], spec: ModelSpec = SPEC) -> Path:
+    return write_safetensors(path, {k: v.detach().contiguous().clone() for k, v in state.items()}, spec_metadata(spec))
+
+
+def _lenet(seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    return build_model(SPEC)
+
+
+def _imprint(bins: int = 16, n: int = 3 * 32 * 32) -> dict[str, torch.Tensor]:
+    """Robbing the Fed's block: every row the same query (the image's mean), biases the negated quantiles of a Normal
+    (a ladder of bins), the second layer all ones back to the image."""
+    from statistics import NormalDist
+
+    w = torch.ones(bins, n) / n
+    b = torch.tensor([-(NormalDist().inv_cdf(i / bins) if i else -10.0) for i in range(bins)]) * 0.1
+    return {"imprint.linear0.weight": w, "imprint.linear0.bias": b,
+            "imprint.linear1.weight": torch.ones(n, bins), "imprint.linear1.bias": torch.zeros(n)}
+
+
+def _trap(rows: int = 8, n: int = 3 * 32 * 32, s: float = 0.95) -> torch.Tensor:
+    """Boenisch et al.'s trap weights: half of each row Gaussian draws, the other half the same draws times -s."""
+    g = torch.Generator().manual_seed(3)
+    out = torch.empty(rows, n)
+    for r in range(rows):
+        perm = torch.randperm(n, generator=g)
+        a = torch.randn(n // 2, generator=g) * 0.5
+        out[r, perm[: n // 2]] = a
+        out[r, perm[n // 2:]] = -s * a
+    return out
+
+
+def _scan(path: Path, **kw) -> dict:
+    return ScanJob(path, **kw).run()
+
+
+def _checks(doc: dict, severity: str = "high") -> set[str]:
+    return {f["check"] for f in doc["findings"] if f["severity"] == severity}
+
+
+@pytest.mark.parametrize("name", SAMPLE_NAMES)
+def test_no_shipped_sample_is_flagged_high_or_medium(name):
+    doc = _scan(SAMPLES / name / "checkpoint.safetensors")
+    assert doc["severity"] in ("none", "info"), doc["findings"]
+    assert doc["model_built"] and "d_snr" in doc["measured"]
+
+
+def test_an_inserted_imprint_block_is_flagged_by_its_rows_its_ladder_and_the_declaration(tmp_path):
+    state = {**_lenet().state_dict(), **_imprint()}
+    doc = _scan(_save(tmp_path / "imprint.safetensors", state))
+    assert doc["built_to_leak"] and {"duplicate-rows", "bias-ladder", "declared-architecture"} <= _checks(doc)
+    arch = next(f for f in doc["findings"] if f["check"] == "declared-architecture")
+    assert "imprint.linear0.weight" in arch["extra"]["unexpected"] and not doc["model_built"]
+
+
+def test_a_plain_state_dict_is_read_on_its_tensors_alone(tmp_path):
+    from safetensors.torch import save_file
+
+    p = tmp_path / "plain.safetensors"
+    save_file({k: v.contiguous() for k, v in _imprint().items()}, str(p))
+    doc = _scan(p)
+    assert doc["kind"] == "state_dict" and {"duplicate-rows", "bias-ladder"} <= _checks(doc)
+    assert any("no fedaudit metadata" in n for n in doc["notes"])
+
+
+def test_trap_weights_are_paired_and_gaussian_rows_are_not():
+    share = paired_share(_trap())
+    assert bool((share >= 0.99).all())
+    g = torch.Generator().manual_seed(0)
+    assert float(paired_share(torch.randn(64, 3072, generator=g, dtype=torch.float64)).max()) < 0.05
+    # w and -w (a cosine query, an antisymmetric kernel) is not a trap factor: that is the duplicate-row check's
+    sym = torch.randn(4, 100, generator=g)
+    assert float(paired_share(torch.cat([sym, -sym], 1)).max()) < 0.1  # the candidate pair itself only
+
+
+def test_a_trap_layer_is_flagged(tmp_path):
+    state = {**_lenet().state_dict(), "trap.weight": _trap(), "trap.bias": torch.zeros(8)}
+    doc = _scan(_save(tmp_path / "trap.safetensors", state))
+    assert "trap-rows" in _checks(doc)
+
+
+def test_copies_are_found_up_to_scale_and_sign_and_distinct_rows_are_not():
+    g = torch.Generator().manual_seed(1)
+    m = torch.randn(40, 50, generator=g, dtype=torch.float64)
+    m[7] = -3.0 * m[2]
+    m[30] = 0.5 * m[2]
+    m[11] = 0.0  # zeroed rows are not copies of each other
+    m[12] = 0.0
+    assert [sorted(grp) for grp in copy_groups(m)] == [[2, 7, 30]]
+    assert copy_groups(torch.randn(500, 64, generator=g, dtype=torch.float64)) == []
+
+
+def test_a_linearised_stack_is_flagged_and_identity_batchnorm_alone_is_only_info(tmp_path):
+    torch.manual_seed(0)
+    spec = ModelSpec("resnet10", 10, (3, 32, 32), (0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
+    model = build_model(spec)
+    fresh = _scan(_save(tmp_path / "fresh.safetensors", model.state_dict(), spec))
+    assert fresh["severity"] == "info"  # every BatchNorm at identity: random initialisation looks like this
+    state = model.state_dict()
+    first = next(k for k, v in state.items() if v.ndim == 4)
+    nn.init.dirac_(state[first])
+    for k, v in state.items():
+        if v.ndim == 4 and k != first:
+            v.zero_()
+    doc = _scan(_save(tmp_path / "linear.safetensors", state, spec))
+    lin = [f for f in doc["findings"] if f["check"] == "linearised-stack"]
+    assert {f["severity"] for f in lin} == {"high"} and len(lin) == 3
+    assert any(f["check"] == "transmit-snr" and f["value"] == "inf" for f in doc["findings"])
+
+
+def test_fishing_classifiers_are_flagged(tmp_path):
+    model = _lenet()
+    state = model.state_dict()
+    w, b = state["fc.weight"], state["fc.bias"]
+    # breaching's class attack: the other classes' rows zeroed, their biases pushed to +1000
+    cls = {**state, "fc.weight": torch.where(torch.arange(10)[:, None] == 0, w, 0.0),
+           "fc.bias": torch.where(torch.arange(10) == 0, b, 1000.0)}
+    doc = _scan(_save(tmp_path / "cls.safetensors", cls))
+    assert doc["built_to_leak"] and "classifier-scale" in _checks(doc)
+    one = {**state, "fc.weight": w.clone()}
+    one["fc.weight"][3] *= 50  # one class's row far beyond the others
+    assert "classifier-scale" in _checks(_scan(_save(tmp_path / "row.safetensors", one)))
+
+
+def test_d_snr_reads_one_dominant_sample():
+    from fedaudit.scan.checks.disaggregation_snr import d_snr
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(12, 4))
+    x = torch.rand(8, 12)
+    y = torch.arange(8) % 4
+    calm, _ = d_snr(model, x, y)
+    x[5] *= 1000  # one sample's gradient a thousand times the others'
+    loud, layer = d_snr(model, x, y)
+    assert calm < 0.5 < 2.0 < loud and layer == "1.weight"
+
+
+def test_the_cli_exits_1_at_fail_on_and_writes_sarif_and_html(cli, tmp_path):
+    bad = _save(tmp_path / "imprint.safetensors", {**_lenet().state_dict(), **_imprint()})
+    out, html = tmp_path / "scan.sarif", tmp_path / "scan.html"
+    cli("scan", bad, "--format", "sarif", "-o", out, "--html", html, "--fail-on", "high", "-q", expect=1)
+    log = json.loads(out.read_text())
+    run = log["runs"][0]
+    assert log["version"] == "2.1.0" and run["invocations"][0]["exitCode"] == 1
+    levels = {r["ruleId"]: r["level"] for r in run["results"]}
+    assert levels["fedaudit.scan/duplicate-rows"] == "error"
+    assert all(r["ruleIndex"] < len(run["tool"]["driver"]["rules"]) for r in run["results"])
+    assert "imprint.linear0.weight" in html.read_text()
+    ok = cli("scan", SAMPLES / "lenet_b1" / "checkpoint.safetensors", "--fail-on", "medium")
+    assert cli.json(ok)["severity"] == "none" and cli.json(ok)["command"] == "scan"
+    assert not fails(cli.json(ok), "info")
+
+
+def test_bad_input_is_one_line_and_exit_2(cli, tmp_path):
+    r = cli("scan", tmp_path / "missing.safetensors", expect=2)
+    assert r.stderr.count("\n") == 1
+    r = cli("scan", SAMPLES / "lenet_b1" / "update.safetensors", expect=2)
+    assert "recorded update" in r.stderr
+    (tmp_path / "t.safetensors").write_bytes(b"\x00" * 10)
+    cli("scan", tmp_path / "t.safetensors", expect=2)
+
+
+def test_a_gpt2_folder_scans_and_a_malicious_transformer_layer_is_flagged(tmp_path):
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    src = SAMPLES / "gpt2_tiny_b4" / "checkpoint"
+    assert _scan(src)["severity"] in ("none", "info")
+    folder = tmp_path / "gpt2"
+    shutil.copytree(src, folder)
+    state = load_file(str(folder / "model.safetensors"))
+    fc = "transformer.h.0.mlp.c_fc.weight"  # Conv1D: (in, out); Decepticons sets every unit's row to one vector
+    v = torch.randn(state[fc].shape[0])
+    state[fc] = v[:, None].expand_as(state[fc]).contiguous()
+    bias = fc[: -len("weight")] + "bias"
+    state[bias] = -torch.linspace(-2, 2, state[bias].numel())
+    save_file(state, str(folder / "model.safetensors"))
+    doc = _scan(folder)
+    assert {"duplicate-rows", "bias-ladder"} <= _checks(doc) and doc["kind"] == "text"
+    assert math.isfinite(doc["seconds_total"])
