@@ -199,4 +199,4 @@ def test_method_modules_register_in_a_neutral_registry_module():
     from fedaudit.defenses import DEFENSES
     from fedaudit.labels import LABEL_METHODS
 
-    assert len(list(LABEL_METHODS)) == 16 and len(list(ATTACKS)) == 8 and len(list(DEFENSES)) >= 6
+    assert len(list(LABEL_METHODS)) == 16 and len(list(ATTACKS)) == 9 and len(list(DEFENSES)) >= 6

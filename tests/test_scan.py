@@ -18,7 +18,7 @@ from fedaudit.models import ModelSpec, build_model
 from fedaudit.scan.checks.trap_rows import paired_share
 from fedaudit.scan.rows import copy_groups
 
-from .helpers import SAMPLES, SAMPLE_NAMES
+from .helpers import SAMPLE_NAMES, SAMPLES
 
 SPEC = ModelSpec("lenet", 10, (3, 32, 32), (0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
 
@@ -204,3 +204,135 @@ def test_a_gpt2_folder_scans_and_a_malicious_transformer_layer_is_flagged(tmp_pa
     doc = _scan(folder)
     assert {"duplicate-rows", "bias-ladder"} <= _checks(doc) and doc["kind"] == "text"
     assert math.isfinite(doc["seconds_total"])
+
+
+def _imprint_case(tmp_path, cli, bins: int = 256, b: int = 4):
+    """An update of ``b`` sample images recorded through fedaudit's imprint architecture (a model built to leak)."""
+    from fedaudit.io.checkpoint import save_checkpoint
+
+    spec = ModelSpec("imprint", 10, (3, 32, 32), (0.4914, 0.4822, 0.4465), (0.247, 0.2435, 0.2616),
+                     {"base": "lenet", "bins": bins, "sigma": 0.5})
+    torch.manual_seed(0)
+    ck = tmp_path / "imprint.safetensors"
+    save_checkpoint(ck, build_model(spec), spec)
+    truth = SAMPLES / "lenet_b4" / "truth.safetensors"
+    cli("capture", ck, truth, "-b", b, "-o", tmp_path / "u.safetensors", "--truth-out", tmp_path / "t.safetensors", "-q")
+    return ck, tmp_path / "u.safetensors", tmp_path / "t.safetensors"
+
+
+def test_reconstruct_imprint_recovers_a_batch_exactly_and_measures_very_high(cli, tmp_path):
+    ck, upd, truth = _imprint_case(tmp_path, cli)
+    out = cli.json(cli("reconstruct", "imprint", ck, upd, "-o", tmp_path / "out", "--truth", truth, "-q"))
+    assert out["risk_band"] == "very_high" and out["identification"]["identified"] == 4
+    assert out["summary"]["psnr"]["min"] >= 40.0
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["attack"]["name"] == "imprint"
+    # the checkpoint it came through is flagged before any client trains on it (its architecture is declared: the
+    # rows and the ladder give it away)
+    doc = _scan(ck)
+    assert doc["built_to_leak"] and {"duplicate-rows", "bias-ladder"} <= _checks(doc)
+    assert "declared-architecture" not in _checks(doc)
+
+
+def test_imprint_is_not_applicable_on_an_honest_model_and_says_why(cli, tmp_path):
+    s = SAMPLES / "lenet_b4"
+    r = cli("reconstruct", "imprint", s / "checkpoint.safetensors", s / "update.safetensors", "-o", tmp_path / "o",
+            "-q", expect=None)
+    assert r.exit_code == 2 and "not applicable" in r.stderr and "imprint layer" in r.stderr
+
+
+def test_the_imprint_solve_reads_differences_of_consecutive_bins():
+    """Two images in two different bins come back exactly; the third bin's difference is empty (skipped)."""
+    from types import SimpleNamespace
+
+    from fedaudit.attacks.imprint import solve
+
+    spec = ModelSpec("imprint", 10, (1, 2, 2), (0.0,), (1.0,), {"base": "mlp", "bins": 3, "query": "mean",
+                                                                  "base_kwargs": {"hidden": [4]}})
+    model = build_model(spec)
+    layer = model.imprint.linear0
+    x = torch.tensor([[0.1, 0.2, 0.3, 0.4], [2.0, 2.0, 2.0, 2.0]], dtype=torch.float64)  # projections 0.25, 2.0
+    t = -layer.bias.detach().double() / layer.weight.detach().double().norm(dim=1)
+    q = layer.weight[0].detach().double() / layer.weight[0].detach().double().norm()
+    active = (x @ q)[:, None] > t[None, :]  # [image, unit]
+    c = torch.tensor([0.7, -1.3], dtype=torch.float64)  # each image's upstream gradient, the same for every unit
+    g_w = (active.double() * c[:, None]).T @ x
+    g_b = (active.double() * c[:, None]).sum(0)
+    tm = SimpleNamespace(model=model, spec=spec, gradient={"imprint.linear0.weight": g_w, "imprint.linear0.bias": g_b})
+    images, diag = solve(tm, "imprint.linear0", 2)
+    got = sorted(images.reshape(2, -1).tolist())
+    assert torch.allclose(torch.tensor(got, dtype=torch.float64), x, atol=1e-9)
+    assert diag["non_empty_bins"] == 2 and diag["recovered"] == 2
+
+
+def _round(folder: Path, tailored: str | None = None, received: bool = True) -> Path:
+    """A round of three LeNet clients captured from the global checkpoint (each update records its base's sha256);
+    ``tailored``: "loki" gives client001 its own first-layer kernels, "zeroed" gives it a zeroed model (Pasquini)."""
+    from fedaudit.client.capture import CaptureConfig, capture_update
+    from fedaudit.io.checkpoint import save_checkpoint
+    from fedaudit.io.files import sha256_file
+    from fedaudit.io.truth import load_truth
+    from fedaudit.io.update import save_update
+
+    truth = load_truth(SAMPLES / "lenet_b4" / "truth.safetensors")
+    model = _lenet()
+    (folder / "clients").mkdir(parents=True)
+    (folder / "received").mkdir()
+    save_checkpoint(folder / "checkpoint.safetensors", model, SPEC)
+    sha = sha256_file(folder / "checkpoint.safetensors")
+    for c in range(3):
+        got = model
+        if c == 1 and tailored:
+            got = _lenet()
+            with torch.no_grad():
+                if tailored == "loki":  # this client's own kernels in one output channel of the first layer
+                    got.body[0].weight[0].normal_()
+                else:
+                    for p in got.parameters():
+                        p.zero_()
+            save_checkpoint(folder / "tailored.safetensors", got, SPEC)
+        base = sha256_file(folder / "tailored.safetensors") if got is not model else sha
+        cap = capture_update(got, SPEC, truth.images[c:c + 1], truth.labels[c:c + 1], CaptureConfig(batch_size=1),
+                             base_sha256=base)
+        save_update(folder / "clients" / f"client{c:03d}.safetensors", cap.tensors, cap.meta)
+        if received:
+            _save(folder / "received" / f"client{c:03d}.safetensors", got.state_dict())
+    (folder / "tailored.safetensors").unlink(missing_ok=True)
+    return folder
+
+
+def test_an_honest_round_is_consistent_and_a_tailored_client_is_found(tmp_path):
+    honest = _scan(_round(tmp_path / "honest"))
+    assert not [f for f in honest["findings"] if f["check"] == "round-consistency"]
+    assert honest["round"]["distinct_bases"] == 1 and honest["round"]["distinct_received"] == 1
+    loki = _scan(_round(tmp_path / "loki", "loki"))
+    found = [f for f in loki["findings"] if f["check"] == "round-consistency"]
+    assert loki["built_to_leak"] and {f["tensor"].split(":")[0] for f in found} == {"client001"}
+    assert any("sparse per-client change" in f["detail"] and "body.0.weight" in f["detail"] for f in found)
+    zeroed = _scan(_round(tmp_path / "zeroed", "zeroed", received=True))
+    assert any("zeroed" in f["detail"] for f in zeroed["findings"] if f["check"] == "round-consistency")
+
+
+def test_a_round_without_recorded_bases_says_it_cannot_be_checked(tmp_path):
+    from safetensors.torch import load_file
+
+    folder = _round(tmp_path / "r", received=False)
+    for p in (folder / "clients").glob("*.safetensors"):  # an update without its base's sha256
+        from fedaudit.io.update import load_update, save_update
+
+        u = load_update(p)
+        u.meta.base_checkpoint_sha256 = None
+        save_update(p, load_file(str(p)), u.meta)
+    doc = _scan(folder)
+    assert any("cannot be checked" in n for n in doc["notes"])
+
+
+def test_audit_round_reads_the_round_before_any_client_and_fails_on_a_tailored_model(cli, tmp_path):
+    folder = _round(tmp_path / "loki", "loki")
+    r = cli("audit-round", folder, "-o", tmp_path / "out", "--attacks", "none", "--labels", "idlg", "--fail-on",
+            "high", expect=1)
+    doc = cli.json(r)
+    assert doc["server_severity"] == "high" and doc["server_findings"][0]["tensor"].startswith("client001")
+    assert "client001" in r.stderr and "other than the global one" in r.stderr
+    record = json.loads((tmp_path / "out" / "audit_round.json").read_text())
+    assert record["server"]["severity"] == "high"

@@ -55,6 +55,11 @@ class ProgressMode(str, Enum):
     off = "off"
 
 
+class OutputFormat(str, Enum):
+    json = "json"
+    sarif = "sarif"
+
+
 class LpipsNet(str, Enum):
     vgg = "vgg"
     alex = "alex"
@@ -84,6 +89,8 @@ GateOpt = Annotated[Gate, typer.Option("--gate", help=(
 ProxiesOpt = Annotated[int, typer.Option("--proxies", envvar="FEDAUDIT_PROXIES", help=(
     "Calibrate the truth-free estimate on this many proxy batches: public images (--aux when given) captured with "
     "the update's recipe and attacked the same way; costs that many more attack runs. 0: the uncalibrated rule."))]
+FormatOpt = Annotated[OutputFormat, typer.Option("--format", help=(
+    "The stdout document: json (default) or sarif (SARIF 2.1.0, for a code-scanning page; docs/usage.md)."))]
 LpipsNetOpt = Annotated[LpipsNet, typer.Option("--lpips-net", help="LPIPS backbone (vgg is the meaningful one at 32x32).")]
 LpipsWeightsOpt = Annotated[Optional[Path], typer.Option("--lpips-weights", help="LPIPS model file from 'fedaudit lpips-export'.")]
 TruthMismatchOpt = Annotated[TruthMismatch, typer.Option("--truth-mismatch", help=(

@@ -16,12 +16,14 @@ from fedaudit.cli.options import (
     FailOn,
     FailOnOpt,
     ForceOpt,
+    FormatOpt,
     Gate,
     GateOpt,
     IgnoreBaseOpt,
     LpipsNet,
     LpipsNetOpt,
     LpipsWeightsOpt,
+    OutputFormat,
     OutputOpt,
     ProgressMode,
     ProgressOpt,
@@ -73,6 +75,7 @@ PARAMS: dict[str, P] = {p.name: p for p in [
     _kw("output", None, OutputOpt),
     _kw("fail_on", FailOn.never, FailOnOpt),
     _kw("gate", Gate.UPPER, GateOpt),
+    _kw("format", OutputFormat.json, FormatOpt),
     _kw("truth_mismatch", TruthMismatch.error, TruthMismatchOpt),
     _kw("proxies", 3, ProxiesOpt),
     _kw("lpips_net", LpipsNet.vgg, LpipsNetOpt),
@@ -89,6 +92,23 @@ PARAMS: dict[str, P] = {p.name: p for p in [
 def params(*names: str | P) -> list[P]:
     """The shared parameters by name, in this order (a Parameter is passed through)."""
     return [n if isinstance(n, P) else PARAMS[n] for n in names]
+
+
+def emit_result(kw: dict[str, Any], command: str, summary: dict[str, Any], band: str | None,
+                round_dir: str | None = None) -> None:
+    """The stdout document, or its SARIF form with ``--format sarif`` (its exit code: 1 when ``band`` reaches
+    ``--fail-on``, as the command will exit)."""
+    from fedaudit.cli.console import emit_json
+
+    if kw.get("format", OutputFormat.json) != OutputFormat.sarif:
+        emit_json(summary)
+        return
+    from fedaudit.metrics.risk import at_or_above
+    from fedaudit.report.sarif import leakage_sarif
+
+    fail_on = kw["fail_on"].value
+    fails = band is not None and fail_on != "never" and at_or_above(band, fail_on)
+    emit_json(leakage_sarif(command, summary, str(kw.get("update") or round_dir), 1 if fails else 0, round_dir))
 
 
 def session_from(kw: dict[str, Any]) -> Session:

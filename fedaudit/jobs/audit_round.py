@@ -83,6 +83,7 @@ class RoundAudit:
     ray_address: str | None = None
     gpus_per_task: float = 0.0
     rows: dict[str, ClientRow] = field(default_factory=dict)
+    server: dict[str, Any] | None = None  # the round's consistency (fedaudit/scan/round.py), read before any client
 
     def printed(self, doc: RoundRecord) -> dict[str, Any]:
         """The JSON ``fedaudit audit-round`` prints (fedaudit/report/types.py ``RoundSummary``)."""
@@ -90,7 +91,9 @@ class RoundAudit:
             "out": str(self.out), "status": doc.status, "worst_client": doc.worst_client,
             "worst_band": doc.worst_band, "histogram": doc.histogram, "audited": doc.audited,
             "resumed": sum(r.resumed for r in doc.clients),
-            "clients": [pick(RoundClient, r.to_json()) for r in doc.clients]})
+            "clients": [pick(RoundClient, r.to_json()) for r in doc.clients],
+            "server_severity": (doc.server or {}).get("severity"),
+            "server_findings": (doc.server or {}).get("findings", [])})
 
     def clients(self) -> list[tuple[str, Path]]:
         ckpt = self.round_dir / "checkpoint.safetensors"
@@ -131,7 +134,7 @@ class RoundAudit:
             worst_client=None if worst is None else worst.client,
             worst_band=worst_band(r.band for r in ok),  # type: ignore[arg-type]
             histogram={b: sum(r.band == b for r in ok) for b in BANDS},
-            band_source="estimated without the truth (docs/methods/verdict.md)")
+            band_source="estimated without the truth (docs/methods/verdict.md)", server=self.server)
 
     def write(self, doc: RoundRecord) -> None:
         atomic_write_bytes(self.out / "audit_round.json", dumps_json(doc.to_json()).encode())
@@ -143,6 +146,7 @@ class RoundAudit:
             raise InputError(f"cannot write {str(self.out)!r}: folder {str(self.out.parent)!r} does not exist")
         check_own_folder(self.out)
         todo, _ = self.tasks()
+        self.server = consistency(self.round_dir)
         created = not self.out.exists()
         try:
             return self._run(todo, on_client)
@@ -174,6 +178,15 @@ class RoundAudit:
         doc = self.summary(status, engine, time.perf_counter() - t0)
         self.write(doc)
         return doc
+
+
+def consistency(round_dir: Path) -> dict[str, Any]:
+    """Whether every client got the stated global model: the round's findings and what was read (a model a server
+    tailored to one client is a finding before any client is attacked; docs/scan.md)."""
+    from fedaudit.scan.round import round_findings
+
+    found, read = round_findings(round_dir)
+    return {"severity": "high" if found else "none", "findings": [f.to_json() for f in found], "read": read}
 
 
 def check_own_folder(out: Path) -> None:

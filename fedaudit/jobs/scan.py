@@ -14,6 +14,7 @@ from fedaudit.report.document import now_iso
 from fedaudit.report.types import ScanResult, build
 from fedaudit.scan.finding import SEVERITIES, level
 
+
 @dataclass
 class ScanJob:
     checkpoint: Path

@@ -5,7 +5,8 @@ checkpoint scanned. Never a model to train.
 
 The block (paper, section 3): ``linear0`` maps the flattened (normalised) image to ``bins`` units whose rows are all
 the same query q and whose biases are -t_i, the thresholds t_i the (i / bins)-quantiles of a Normal(mu, sigma) fitted
-to q . x over the data; a ReLU; ``linear1`` (all ones) maps the units back to the image's shape for the base model.
+to q . x over the data; a ReLU; ``linear1`` (every weight 1 / bins: the units' mean, so a sigmoid base does not saturate) maps the units
+back to the image's shape for the base model.
 Every unit i fires for the images with q . x > t_i, and all receive the same upstream gradient per image, so the
 gradients of units i and i + 1 differ by the images whose projection falls between t_i and t_{i+1}: one image there
 is recovered exactly (fedaudit/attacks/imprint.py).
@@ -49,7 +50,7 @@ class ImprintBlock(nn.Module):
         with torch.no_grad():
             self.linear0.weight.copy_(q.float().expand(bins, n))
             self.linear0.bias.copy_(-torch.tensor(t))
-            self.linear1.weight.fill_(1.0)
+            self.linear1.weight.fill_(1.0 / bins)  # every unit the same weight: the same upstream gradient
             self.linear1.bias.zero_()
 
     def forward(self, x):

@@ -16,7 +16,7 @@ from fedaudit.report.document import Record
 from fedaudit.report.types import Band, parse
 
 # audit_round.json's schema version ("1" was the untyped record before 0.3.0; docs/schema/README.md)
-ROUND_SCHEMA_VERSION = "2.0"
+ROUND_SCHEMA_VERSION = "2.1"  # 2.1: ``server`` (the round's consistency, issue 89)
 
 
 @dataclass
@@ -92,3 +92,6 @@ class RoundRecord(Record):
     worst_band: Band | None
     histogram: dict[str, int]
     band_source: str
+    # did every client get the stated global model? (fedaudit/scan/round.py: findings, what was read), read before
+    # any client is attacked; null for a record written before 2.1
+    server: dict[str, Any] | None = None

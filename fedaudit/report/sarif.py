@@ -55,13 +55,43 @@ def scan_sarif(doc: dict[str, Any], exit_code: int = 0) -> dict[str, Any]:
     return sarif_log(list(rules.values()), results, exit_code)
 
 
-def verdict_sarif(command: str, path: str, band: str | None, source: str, message: str,
-                  exit_code: int = 0) -> dict[str, Any]:
-    """A run's leakage verdict (reconstruct, audit, a round's clients) as one SARIF result at its band's level."""
+LEAKAGE_HELP = ("the update's leakage risk band (low / medium / high / very high): measured against the truth where "
+                "given, else estimated without it, at the end of its range --gate reads; docs/metrics.md")
+
+
+def leakage_sarif(command: str, summary: dict[str, Any], update: str, exit_code: int = 0,
+                  round_dir: str | None = None) -> dict[str, Any]:
+    """``reconstruct``, ``audit`` or ``audit-round``'s stdout document (fedaudit/report/types.py) as SARIF: one result
+    per run, per audit cell, per round client, at its band's level; a round's server findings as scan results."""
     rid = f"fedaudit.{command}/leakage"
-    rule = {"id": rid, "name": "leakage", "text": "the update's leakage risk band",
-            "help": "low / medium / high / very high, measured against the truth or estimated without it; "
-                    "docs/metrics.md"}
-    results = [] if band is None else [{"rule": rid, "level": LEVELS.get(band, "warning"), "uri": _uri(path),
-                                        "message": message, "properties": {"band": band, "source": source}}]
-    return sarif_log([rule], results, exit_code)
+    rules = {rid: {"id": rid, "name": "leakage", "text": "leakage risk of a recorded client update", "help": LEAKAGE_HELP}}
+    results = []
+
+    def add(band: str | None, uri: str, message: str, logical: str | None = None, **props: Any) -> None:
+        if band:
+            results.append({"rule": rid, "level": LEVELS.get(band, "warning"), "uri": _uri(uri), "logical": logical,
+                            "message": message, "properties": {"band": band, **props}})
+
+    if command == "reconstruct":
+        band = summary.get("band_for_fail_on") or summary.get("risk_band") or summary.get("risk_band_estimated")
+        add(band, update, f"{summary['attack']}: leakage risk {band} ({summary.get('band_source') or 'estimated'}); "
+            f"report in {summary['out']}", summary["attack"], source=summary.get("band_source"))
+    elif command == "audit":
+        for c in summary["cells"]:
+            band = c.get("band_for_fail_on") or c.get("risk_band")
+            add(band, update, f"{c['attack']} under defense {c['defense']}: leakage risk {band}",
+                f"{c['defense']}/{c['attack']}", defense=c["defense"], attack=c["attack"])
+    elif command == "audit-round":
+        folder = round_dir or update
+        for c in summary["clients"]:
+            add(c.get("band"), f"{folder}/clients/{c['client']}.safetensors",
+                f"client {c['client']}: leakage risk {c.get('band')} (estimated)", c["client"])
+        for f in summary.get("server_findings") or []:
+            frid = f"fedaudit.scan/{f['check']}"
+            rules.setdefault(frid, {"id": frid, "name": f["check"], "text": f["statistic"],
+                                    "help": f"Indicates: {f['indicates']}. Recovers: {f['recovers']}. docs/scan.md"})
+            results.append({"rule": frid, "level": LEVELS[f["severity"]], "uri": _uri(folder), "logical": f["tensor"],
+                            "message": f"{f['tensor']}: {f['detail']}", "properties": {"severity": f["severity"]}})
+    else:
+        raise ValueError(f"no SARIF form for {command!r}")
+    return sarif_log(list(rules.values()), results, exit_code)

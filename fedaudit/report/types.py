@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Literal
 
 # The stdout documents' schema version: the major number changes when a field is removed, renamed or changes type;
 # the minor when one is added (docs/schema/README.md).
-STDOUT_SCHEMA_VERSION = "2.0"
+STDOUT_SCHEMA_VERSION = "2.1"  # 2.1: ``scan``; audit-round's ``server_severity`` and ``server_findings``
 
 Band = Literal["low", "medium", "high", "very_high"]
 Gate = Literal["upper", "point", "lower"]  # which end of a band's range --fail-on reads
@@ -215,6 +215,9 @@ class RoundSummary(Document):
     audited: int
     resumed: int
     clients: list[RoundClient]
+    # whether every client got the server's stated global model (fedaudit/scan/round.py): "none" or "high"
+    server_severity: str | None
+    server_findings: list[dict[str, Any]]
 
 
 @dataclass
@@ -354,6 +357,7 @@ class ScanResult(Document):
     measured: dict[str, Any]
     notes: list[str]
     tensors: int
+    round: dict[str, Any] | None  # a round folder's consistency read (fedaudit/scan/round.py), else null
     fedaudit_version: str
     created_at: str
 

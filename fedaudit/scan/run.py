@@ -87,11 +87,12 @@ def text_subject(path: Path, base: Path | None = None) -> Subject:
     if not (path / CONFIG).is_file() and (path / ADAPTER).is_file():
         config = read_config(path / ADAPTER)
         named = config.get("base_model_name_or_path")
-        folder = base or (Path(named) if isinstance(named, str) and Path(named).is_dir() else None)
-        if folder is None:
+        found = base or (Path(named) if isinstance(named, str) and Path(named).is_dir() else None)
+        if found is None:
             from fedaudit.io.text_checkpoint import refuse_adapter_without_base
 
-            refuse_adapter_without_base(path)
+            refuse_adapter_without_base(path)  # raises: an adapter alone is not a model
+        folder = found or path
         weights = sorted(path.glob("adapter_model.safetensors"))
         if weights:
             adapter = {f"adapter:{k}": v for k, v in read_safetensors(weights[0], "adapter weights")[0].items()}
@@ -139,12 +140,38 @@ def scan(subject: Subject, checks: list[str] | None = None) -> dict[str, Any]:
             "measured": subject.measured, "notes": subject.notes, "tensors": len(subject.tensors)}
 
 
+def is_round_folder(p: Path) -> bool:
+    """A round folder: the global checkpoint beside ``clients/`` (fedaudit/scan/round.py)."""
+    return p.is_dir() and (p / "checkpoint.safetensors").is_file() and (p / "clients").is_dir()
+
+
+def merge(out: dict[str, Any], more: list[Finding]) -> dict[str, Any]:
+    """A scan's document with ``more`` findings added (its severity and counts read again)."""
+    findings = sorted([*out["findings"], *(f.to_json() for f in more)], key=lambda f: -level(f["severity"]))
+    worst = max((f["severity"] for f in findings), key=level, default=None)
+    return {**out, "findings": findings, "severity": worst or "none", "built_to_leak": worst == "high",
+            "counts": {s: sum(f["severity"] == s for f in findings) for s in SEVERITIES}}
+
+
 def scan_path(path: str | Path, allow_custom_arch: bool = False, base: Path | None = None,
               probe: torch.Tensor | None = None, probe_source: str = "", probe_size: int | None = None) -> dict[str, Any]:
     p = Path(path)
+    round_dir = p if is_round_folder(p) else None
+    if round_dir is not None:  # a round: its global model, then whether every client got it
+        p = p / "checkpoint.safetensors"
     subject = load_subject(p, allow_custom_arch, base, probe, probe_source)
     subject.probe_size = probe_size
     out = scan(subject)
+    if round_dir is not None:
+        from fedaudit.scan.round import round_findings
+
+        found, read = round_findings(round_dir)
+        out = merge(out, found)
+        out["round"] = {"path": str(round_dir), **read}
+        if read.get("note"):
+            out["notes"].append(read["note"])
+    else:
+        out["round"] = None
     sha = sha256_file(p / WEIGHTS if p.is_dir() and (p / WEIGHTS).is_file() else p) if p.is_file() or \
         (p / WEIGHTS).is_file() else None
     return {"checkpoint": {"path": str(p), "sha256": sha}, **out}

@@ -7,9 +7,9 @@ from typing import Optional
 
 import typer
 
-from fedaudit.cli.console import emit_json, error_line, info_line
+from fedaudit.cli.console import error_line, info_line
 from fedaudit.cli.errors import fail_exit
-from fedaudit.cli.shared import flag, params, session_from
+from fedaudit.cli.shared import emit_result, flag, params, session_from
 from fedaudit.cli.subcommands import command_with
 from fedaudit.errors import EXIT_INTERRUPTED, EXIT_RUNTIME
 
@@ -34,7 +34,7 @@ PARAMS = params(
          "after one step with the defended vs the true update.", default=None),
     flag("eval_labels", Optional[str], "Labels of --eval-images: '3,1,...' or 'names'.", default=None),
     flag("eval_lr", Optional[float], "Step size of that one step (default: the update's local lr, else 0.1).", default=None),
-    "fail_on", "gate", "lpips_net", "lpips_weights", "seed", "device", "force", "quiet", "progress", "allow_custom_arch", "ignore_base_mismatch",
+    "fail_on", "gate", "format", "lpips_net", "lpips_weights", "seed", "device", "force", "quiet", "progress", "allow_custom_arch", "ignore_base_mismatch",
 )
 
 
@@ -62,7 +62,7 @@ def audit(**kw) -> None:
                   session.quiet)
         inputs = {k: kw[k] for k in ("checkpoint", "update", "truth", "eval_images")}
         doc = job.run_to(outdir, inputs, on_cell=lambda c: info_line(c.line(), session.quiet))
-    emit_json(AuditJob.summary(kw["out"], doc))
+    emit_result(kw, "audit", AuditJob.summary(kw["out"], doc), doc.worst_band_for_fail_on)
     if doc.status == "interrupted":
         info_line("interrupted: the cells finished so far were written", session.quiet)
         raise typer.Exit(EXIT_INTERRUPTED)

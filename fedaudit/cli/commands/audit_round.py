@@ -7,9 +7,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from fedaudit.cli.console import emit_json, error_line, info_line
+from fedaudit.cli.console import error_line, info_line
 from fedaudit.cli.errors import fail_exit
-from fedaudit.cli.shared import P, flag, params
+from fedaudit.cli.shared import P, emit_result, flag, params
 from fedaudit.cli.subcommands import command_with
 from fedaudit.errors import EXIT_INPUT, EXIT_INTERRUPTED, EXIT_RUNTIME, InputError
 
@@ -29,7 +29,7 @@ PARAMS = [
     flag("ray", bool, "Run each client as a task on a local Ray (pip install 'fedaudit[ray]').", default=False),
     flag("ray_address", Optional[str], "Run on the Ray cluster at this address ('auto': the local 'ray start').", default=None),
     flag("gpus_per_task", float, "GPUs each Ray task asks for.", default=0.0),
-    *params("aux_labels", "self_check", "proxies", "fail_on", "gate", "lpips_net", "lpips_weights", "seed", "device", "quiet", "allow_custom_arch"),
+    *params("aux_labels", "self_check", "proxies", "fail_on", "gate", "format", "lpips_net", "lpips_weights", "seed", "device", "quiet", "allow_custom_arch"),
 ]
 
 
@@ -51,12 +51,18 @@ def audit_round(**kw) -> None:
     job = RoundAudit(kw["round_dir"], kw["out"], plan, kw["jobs"], kw["ray"], kw["ray_address"], kw["gpus_per_task"])
 
     doc = job.run(on_client=lambda row: info_line(row.line(), kw["quiet"]))
-    emit_json(job.printed(doc))
+    server = doc.server or {}
+    emit_result(kw, "audit-round", job.printed(doc), "very_high" if server.get("severity") == "high" else doc.worst_band,
+                str(kw["round_dir"]))
+    for f in server.get("findings", []):
+        info_line(f"server: {f['tensor']}: {f['detail']} ({f['indicates']})", kw["quiet"])
     if doc.status == "interrupted":
         info_line("interrupted: finished clients are kept; run the same command again to resume", kw["quiet"])
         raise typer.Exit(EXIT_INTERRUPTED)
     if doc.worst_band:
         fail_exit(doc.worst_band, kw["fail_on"].value, kw["quiet"], f"estimated, {kw['gate'].value} end of a client's range")
+    if server.get("severity") == "high":  # a tailored model leaks whatever the bands say: it fails any --fail-on
+        fail_exit("very_high", kw["fail_on"].value, kw["quiet"], "a client received a model other than the global one")
     if doc.errors:
         codes = {r.exit for r in doc.errors}
         error_line(f"{len(doc.errors)} client(s) could not be audited: "

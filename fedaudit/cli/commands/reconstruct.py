@@ -10,7 +10,7 @@ import typer
 from fedaudit.catalog import MethodInfo, family
 from fedaudit.cli.console import emit_json, info_line
 from fedaudit.cli.errors import fail_exit
-from fedaudit.cli.shared import P, aux_source, flag, params, session_from
+from fedaudit.cli.shared import P, aux_source, emit_result, flag, params, session_from
 from fedaudit.cli.subcommands import method_subcommands
 from fedaudit.errors import EXIT_INTERRUPTED
 
@@ -40,7 +40,7 @@ def _params(info: MethodInfo) -> list[P]:
                    "num_dummy", "resize", "batch_size", _OWN["truth"], "truth_mismatch", "self_check", "proxies")
             + _loop_params(info.defaults)
             + params(_OWN["multi_step"], _OWN["checkpoint_every"], _OWN["checkpoint_file"], _OWN["resume"], "fail_on", "gate",
-                     "lpips_net", "lpips_weights", "seed", "device", "force", "quiet", "progress", "allow_custom_arch",
+                     "format", "lpips_net", "lpips_weights", "seed", "device", "force", "quiet", "progress", "allow_custom_arch",
                      "ignore_base_mismatch"))
 
 
@@ -103,7 +103,8 @@ def _reconstruct(cls, options: dict, kw: dict) -> None:
         job.checkpoint_path.unlink(missing_ok=True)
     for line in result.notes(kw["out"]):
         info_line(line, session.quiet)
-    emit_json(result.summary(kw["out"]))
+    gate = result.report.fail_on_band
+    emit_result(kw, "reconstruct", result.summary(kw["out"]), gate.band if gate is not None else None)
     if result.interrupted:
         info_line("interrupted: the best reconstruction so far and a partial report were written", session.quiet)
         raise typer.Exit(EXIT_INTERRUPTED)

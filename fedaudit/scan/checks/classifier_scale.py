@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 
-
 from fedaudit.scan.finding import Finding
 from fedaudit.scan.registry import CHECKS
 from fedaudit.scan.subject import Subject
