@@ -45,6 +45,10 @@ TORCHVISION = [("resnet18", 224), ("resnet50", 64), ("mobilenet_v2", 64), ("mobi
 TORCHVISION_HELDOUT = [("efficientnet_b1", 64), ("mnasnet0_5", 64), ("regnet_x_400mf", 64), ("resnext50_32x4d", 64),
                        ("googlenet", 64), ("mobilenet_v3_large", 64), ("swin_t", 64), ("wide_resnet50_2", 64),
                        ("vit_b_16", 224), ("efficientnet_v2_s", 64)]
+# read only after the rules' last change (a zero head is not fishing; the probe reads GoogLeNet's logits), which the
+# first held-out set prompted
+TORCHVISION_HELDOUT2 = [("convnext_small", 64), ("regnet_y_800mf", 64), ("resnet101", 64), ("efficientnet_b3", 64),
+                        ("vit_b_32", 224), ("shufflenet_v2_x0_5", 64)]
 REGISTERED = [("lenet", 1, 32), ("convnet", 3, 32), ("resnet10", 3, 32), ("flower-cnn", 3, 32), ("mlp", 3, 32),
               ("resnet18", 3, 32), ("vit-tiny", 3, 32)]
 TRAINED = ["lenet", "convnet", "resnet10", "flower-cnn", "mlp"]
@@ -98,6 +102,16 @@ def heldout(d: Path) -> list[tuple[str, Path]]:
         out.append((f"torchvision {name} (random init, {side} px; held out)", save(d / f"ho_{name}.safetensors",
                                                                                    build_model(spec), spec)))
     out.append(("GPT-2 small (124M, random init; held out)", gpt2_small(d)))
+    return out
+
+
+def heldout2(d: Path) -> list[tuple[str, Path]]:
+    out = []
+    for name, side in TORCHVISION_HELDOUT2:
+        torch.manual_seed(0)
+        spec = spec_for(f"torchvision.{name}", 3, side)
+        out.append((f"torchvision {name} (random init, {side} px; held out 2)", save(d / f"ho2_{name}.safetensors",
+                                                                                     build_model(spec), spec)))
     return out
 
 
@@ -228,10 +242,11 @@ def table(rows: list[dict]) -> str:
     ok = [r for r in rows if "error" not in r]
     ben = [r for r in ok if r["truth"] == "benign"]
     held = [r for r in ok if r["truth"] == "benign (held out)"]
+    held2 = [r for r in ok if r["truth"] == "benign (held out 2)"]
     mal = [r for r in ok if not r["truth"].startswith("benign")]
     lines += [""] + [f"{what}: {len(rs)} checkpoints, flagged high {sum(r['severity'] == 'high' for r in rs)}, medium "
                      f"{sum(r['severity'] == 'medium' for r in rs)}" for what, rs in
-                     (("benign", ben), ("benign, held out", held), ("malicious", mal))]
+                     (("benign", ben), ("benign, held out", held), ("benign, held out 2", held2), ("malicious", mal))]
     lines.append(f"errors: {len(rows) - len(ok)}")
     return "\n".join(lines)
 
@@ -256,6 +271,9 @@ def main(argv=None) -> int:
             print(rows[-1], flush=True)
         for name, path in heldout(d):
             rows.append(row(name, path, "benign (held out)"))
+            print(rows[-1], flush=True)
+        for name, path in heldout2(d):
+            rows.append(row(name, path, "benign (held out 2)"))
             print(rows[-1], flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(rows, indent=1))

@@ -336,3 +336,13 @@ def test_audit_round_reads_the_round_before_any_client_and_fails_on_a_tailored_m
     assert "client001" in r.stderr and "other than the global one" in r.stderr
     record = json.loads((tmp_path / "out" / "audit_round.json").read_text())
     assert record["server"]["severity"] == "high"
+
+
+def test_a_zero_initialised_head_is_not_fishing(tmp_path):
+    """torchvision's ViTs start with a zero head: every row zero is an initialisation, not a class attack (a held-out
+    benign checkpoint flagged it before this rule)."""
+    state = _lenet().state_dict()
+    state["fc.weight"] = torch.zeros_like(state["fc.weight"])
+    state["fc.bias"] = torch.zeros_like(state["fc.bias"])
+    doc = _scan(_save(tmp_path / "zero_head.safetensors", state))
+    assert doc["severity"] in ("none", "info") and any("zero-initialised head" in n for n in doc["notes"])

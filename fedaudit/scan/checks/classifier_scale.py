@@ -53,8 +53,12 @@ class ClassifierScale:
         rec = "one image of the target class (or with the targeted feature value) out of the aggregate, at any batch size"
         out = []
         zero = int((norms == 0).sum())
+        if zero == w.shape[0]:  # a zero-initialised head (torchvision's ViTs): nothing dominates, nothing to read
+            subject.notes.append(f"{name} is all zero (a zero-initialised head): the classifier checks do not apply")
+            return out
         if zero:
-            out.append(Finding(self.name, name, "output rows that are all zero", zero, "0 in every benign checkpoint",
+            out.append(Finding(self.name, name, "output rows that are all zero beside non-zero ones", zero,
+                               "0 in every benign checkpoint (a head that is all zero is a zero initialisation)",
                                "high" if zero >= max(1, w.shape[0] // 2) else "medium", what, rec,
                                f"{zero} of {w.shape[0]} classes can never be predicted"))
         ratio = float(norms.max()) / med if med > 0 else math.inf

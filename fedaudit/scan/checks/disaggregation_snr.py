@@ -30,7 +30,10 @@ def d_snr(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor) ->
     try:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)  # dropout, if any, draws the same masks on every scan
-            losses = torch.nn.functional.cross_entropy(model(images), labels, reduction="none")
+            logits = model(images)
+            if not isinstance(logits, torch.Tensor):  # GoogLeNet/Inception in train mode: (logits, aux logits)
+                logits = logits.logits if hasattr(logits, "logits") else logits[0]
+            losses = torch.nn.functional.cross_entropy(logits, labels, reduction="none")
         norms = torch.zeros(len(weights), len(images), dtype=torch.float64)
         for i in range(len(images)):
             grads = torch.autograd.grad(losses[i], [p for _, p in weights], retain_graph=i + 1 < len(images),
@@ -58,7 +61,11 @@ class DisaggregationSNR:
         if len(images) < 2:
             return []
         labels = torch.arange(len(images)) % subject.num_classes
-        value, layer = d_snr(subject.model, images, labels)
+        try:
+            value, layer = d_snr(subject.model, images, labels)
+        except (RuntimeError, TypeError, ValueError, IndexError) as exc:  # a model the probe cannot run: say so
+            subject.notes.append(f"D-SNR not measured: the probe batch did not run through the model ({exc})")
+            return []
         subject.measured["d_snr"] = {"value": value, "layer": layer, "probe": len(images)}
         if value < MEDIUM:
             return []

@@ -1,7 +1,8 @@
 """A feature stack made to pass the image through unchanged before an imprint (breaching's "identity" handling of
 the preceding layers): the first convolution a delta (Dirac) kernel, later convolutions zeroed, BatchNorm reset to
 identity (weight 1, bias 0, running mean 0, variance 1). Alone, a BatchNorm at identity is what every model at
-random initialisation has, and a zeroed tensor what zero-initialised residual branches have: both are "info"; a
+random initialisation has, and a zeroed tensor what zero-initialised heads and residual branches have: both are
+"info"; a
 delta convolution, or zeroed convolutions beside identity BatchNorms, is the construction."""
 
 from __future__ import annotations
@@ -55,8 +56,8 @@ class Linearised:
                                "a Dirac kernel passes its input channel through unchanged"))
         if zeroed:
             out.append(Finding(self.name, zeroed[0], "weight tensors that are all zero", len(zeroed),
-                               "0 in trained and randomly initialised checkpoints measured",
-                               "high" if built else "medium", "later layers zeroed so the stack passes the image on",
+                               "torchvision's ViTs zero-initialise their head, some recipes their residual branches",
+                               "high" if built else "info", "later layers zeroed so the stack passes the image on",
                                "with an imprint: inputs recovered exactly", ", ".join(zeroed[:8]), {"tensors": zeroed}))
         if identity and bns:
             out.append(Finding(self.name, identity[0] + "running_var", "BatchNorm layers at identity (weight 1, bias 0, "
