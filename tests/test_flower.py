@@ -62,6 +62,11 @@ def test_the_recorder_writes_every_round_and_client_with_its_training_facts(reco
         meta = load_update(folder / "clients" / "client1.safetensors").meta
         assert (meta.kind, meta.batch_size, meta.local_steps, meta.local_lr, meta.bn_mode) == ("weights", 4, 1, 0.1, "train")
         assert meta.source["framework"] == "flwr" and meta.source["round"] == r
+        # an honest FedAvg sends every client the global model: each update names it, and nothing is in received/
+        from fedaudit.io.files import sha256_file
+
+        assert meta.base_checkpoint_sha256 == sha256_file(folder / "checkpoint.safetensors")
+        assert all(c["received_global"] for c in manifest["clients"]) and not (folder / "received").exists()
 
 
 def test_audit_round_recovers_every_clients_labels_with_two_workers_and_on_ray(cli, recorded, aux, tmp_path):
@@ -108,3 +113,48 @@ def test_the_wrapper_never_changes_what_the_strategy_aggregates(tmp_path):
     a, b = plain.to_torch_state_dict(), got.to_torch_state_dict()
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert sorted(p.name for p in (tmp_path / "round_001" / "clients").iterdir()) == ["client0.safetensors", "client1.safetensors"]
+
+
+class _Tailoring(FedAvg):
+    """A dishonest strategy: node 101 is sent its own first-layer kernels (LOKI), node 100 the global model."""
+
+    def configure_train(self, server_round, arrays, config, grid):
+        from flwr.app import ConfigRecord
+
+        out = []
+        for node in (100, 101):
+            state = arrays.to_torch_state_dict()
+            if node == 101:
+                state = {k: v.clone() for k, v in state.items()}
+                state["body.0.weight"][0] += 1.0
+            content = RecordDict({"arrays": ArrayRecord(state), "config": ConfigRecord(dict(config))})
+            out.append(Message(content=content, dst_node_id=node, message_type="train"))
+        return out
+
+
+def test_the_recorder_keeps_a_tailored_clients_model_and_the_scan_finds_it(cli, tmp_path):
+    from flwr.app import ConfigRecord
+
+    from fedaudit.io.files import sha256_file
+    from fedaudit.models import build_model
+
+    torch.manual_seed(0)
+    model = build_model(SPEC)
+    wrapped = RecordingStrategy(_Tailoring(), tmp_path, SPEC)
+    sent = wrapped.configure_train(1, ArrayRecord(model.state_dict()), ConfigRecord({"lr": 0.1}), None)
+    replies = []
+    for i, msg in enumerate(sent):
+        content = RecordDict({"arrays": msg.content["arrays"], "metrics": MetricRecord(
+            {"num-examples": 4, **training_facts(4, 1, 0.1, client_id=i)})})
+        reply = Message(content=content, dst_node_id=0, message_type="train")
+        reply.metadata.__dict__["_src_node_id"] = 100 + i
+        replies.append(reply)
+    wrapped.aggregate_train(1, replies)
+    folder = tmp_path / "round_001"
+    assert [p.name for p in (folder / "received").iterdir()] == ["client1.safetensors"]
+    sha = sha256_file(folder / "checkpoint.safetensors")
+    assert load_update(folder / "clients" / "client0.safetensors").meta.base_checkpoint_sha256 == sha
+    assert load_update(folder / "clients" / "client1.safetensors").meta.base_checkpoint_sha256 != sha
+    doc = cli.json(cli("scan", folder, "-q"))
+    found = [f for f in doc["findings"] if f["check"] == "round-consistency"]
+    assert doc["built_to_leak"] and {f["tensor"].split(":")[0] for f in found} == {"client1"}

@@ -4,7 +4,13 @@ the Message API (``flwr.serverapp.strategy``, the API Flower 1.2x-1.4x recommend
     OUT/round_001/checkpoint.safetensors          the global model sent to the clients (fedaudit checkpoint)
     OUT/round_001/clients/<client>.safetensors    every client's returned weights (a fedaudit ``weights`` update;
                                                   ``client<ID>`` when it reports an id, else ``node<node id>``)
-    OUT/round_001/round.json                      the round's manifest (clients, config sent, what is unknown)
+    OUT/round_001/received/<client>.safetensors   the model a client received, only where it is not the global one
+    OUT/round_001/round.json                      the round's manifest (clients, config sent, what is unknown, the
+                                                  digest of the model each client received)
+
+Each update records the sha256 of the model its client trained from (``base_checkpoint_sha256``: the global
+checkpoint's, or that of the ``received/`` file when the strategy sent that client another model), so that
+``fedaudit scan ROUND`` and ``audit-round`` can tell a round where one client got a tailored model (docs/scan.md).
 
 Each update's metadata comes from the client's reply: ``num-examples`` (Flower's FedAvg weight) and the training
 facts that ``training_facts`` adds to the client's MetricRecord (batch size, local steps, lr, momentum, weight
@@ -25,9 +31,10 @@ from typing import Any
 import torch
 
 from fedaudit.io.checkpoint import save_checkpoint
-from fedaudit.io.files import atomic_write_bytes
+from fedaudit.io.files import atomic_write_bytes, sha256_file, write_safetensors
 from fedaudit.io.update import UpdateMeta, save_update
 from fedaudit.models import ModelSpec, build_model
+from fedaudit.models.digest import tensors_digest
 
 try:
     from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
@@ -37,6 +44,11 @@ except ImportError as exc:  # an optional extra: say how to get it
     raise ImportError("fedaudit.integrations.flower needs Flower: pip install 'fedaudit[flower]'") from exc
 
 PREFIX = "fedaudit-"
+
+
+def _digest(state: dict[str, torch.Tensor]) -> str:
+    """A model's content digest, by parameter name (fedaudit/scan/round.py reads the same)."""
+    return tensors_digest([state[k] for k in sorted(state)])
 FACTS = ("batch-size", "local-steps", "lr", "momentum", "weight-decay", "bn-train")
 
 
@@ -69,6 +81,9 @@ class RecordingStrategy(Strategy):
         self.strategy, self.out, self.spec = strategy, Path(out_dir), spec
         self.arrays_key, self.metrics_key = arrayrecord_key, metricrecord_key
         self._config: dict[int, dict[str, Any]] = {}
+        self._global: dict[int, tuple[str, str]] = {}  # round -> (the checkpoint's sha256, its tensors' digest)
+        # round -> node -> (the digest of what that node was sent, its state when it is not the global model)
+        self._sent: dict[int, dict[int, tuple[str, dict[str, torch.Tensor] | None]]] = {}
 
     # --- recording ---------------------------------------------------------------------------------------------
     def _state(self, arrays: ArrayRecord) -> dict[str, torch.Tensor]:
@@ -80,7 +95,19 @@ class RecordingStrategy(Strategy):
         folder = round_dir(self.out, server_round)
         (folder / "clients").mkdir(parents=True, exist_ok=True)
         save_checkpoint(folder / "checkpoint.safetensors", model, self.spec)
+        self._global[server_round] = (sha256_file(folder / "checkpoint.safetensors"), _digest(model.state_dict()))
         self._config[server_round] = {k: v for k, v in dict(config).items() if isinstance(v, (int, float, str, bool))}
+
+    def _record_sent(self, server_round: int, messages: list[Message]) -> None:
+        """The digest of the model each train message carries; a model other than the global one is kept."""
+        _, global_digest = self._global[server_round]
+        sent = self._sent.setdefault(server_round, {})
+        for msg in messages:
+            if self.arrays_key not in msg.content.array_records:
+                continue
+            state = self._state(msg.content[self.arrays_key])
+            digest = _digest(state)
+            sent[int(msg.metadata.dst_node_id)] = (digest, None if digest == global_digest else state)
 
     def _meta(self, metrics: dict[str, Any], config: dict[str, Any], node: int, server_round: int) -> tuple[UpdateMeta, list[str]]:
         def fact(name: str) -> Any:
@@ -113,17 +140,28 @@ class RecordingStrategy(Strategy):
             metrics = dict(metrics_rec)
             meta, unknown = self._meta(metrics, config, node, server_round)
             name = f"client{int(metrics[PREFIX + 'client'])}" if PREFIX + "client" in metrics else f"node{node}"
+            digest, other = self._sent.get(server_round, {}).get(node, (None, None))
+            meta.base_checkpoint_sha256 = self._global[server_round][0] if digest is not None else None
+            if other is not None:  # this client was sent another model: keep it, and say the update came from it
+                received = folder / "received" / f"{name}.safetensors"
+                received.parent.mkdir(exist_ok=True)
+                write_safetensors(received, other, {"fedaudit.file": '"received"'})
+                meta.base_checkpoint_sha256 = sha256_file(received)
             save_update(folder / "clients" / f"{name}.safetensors", self._state(msg.content[self.arrays_key]), meta)
             clients.append({"node": node, "client": name, "recorded": True, "unknown": unknown,
-                            "num_examples": meta.num_examples})
+                            "num_examples": meta.num_examples, "received_digest": digest,
+                            "received_global": None if digest is None else other is None})
         manifest = {"fedaudit.file": "flower_round", "round": server_round, "strategy": type(self.strategy).__name__,
-                    "arch": self.spec.arch, "config_sent": config, "clients": clients}
+                    "arch": self.spec.arch, "config_sent": config, "global_digest": self._global.get(server_round, (None, None))[1],
+                    "clients": clients}
         atomic_write_bytes(folder / "round.json", (json.dumps(manifest, indent=2) + "\n").encode())
 
     # --- the Strategy interface: delegate, recording on the way --------------------------------------------------
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
         self._record_global(server_round, arrays, config)
-        return self.strategy.configure_train(server_round, arrays, config, grid)
+        messages = list(self.strategy.configure_train(server_round, arrays, config, grid))
+        self._record_sent(server_round, messages)
+        return messages
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         replies = list(replies)  # a generator is read once: record, then hand the same list on

@@ -51,7 +51,7 @@ class ClassifierScale:
         fan = math.sqrt(w.shape[1])
         what = "fishing (Wen et al.; breaching's class attack)"
         rec = "one image of the target class (or with the targeted feature value) out of the aggregate, at any batch size"
-        out = []
+        out: list[Finding] = []
         zero = int((norms == 0).sum())
         if zero == w.shape[0]:  # a zero-initialised head (torchvision's ViTs): nothing dominates, nothing to read
             subject.notes.append(f"{name} is all zero (a zero-initialised head): the classifier checks do not apply")
