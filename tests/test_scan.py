@@ -346,3 +346,12 @@ def test_a_zero_initialised_head_is_not_fishing(tmp_path):
     state["fc.bias"] = torch.zeros_like(state["fc.bias"])
     doc = _scan(_save(tmp_path / "zero_head.safetensors", state))
     assert doc["severity"] in ("none", "info") and any("zero-initialised head" in n for n in doc["notes"])
+
+
+def test_the_probe_takes_the_reviewers_images(cli, tmp_path):
+    ck = SAMPLES / "lenet_b4" / "checkpoint.safetensors"
+    doc = cli.json(cli("scan", ck, "--aux", "builtin:cifar100", "--probe", "4", "-q"))
+    assert doc["probe"] == "builtin:cifar100" and doc["measured"]["d_snr"]["probe"] == 4
+    assert "d_snr" not in cli.json(cli("scan", ck, "--probe", "0", "-q"))["measured"]
+    r = cli("scan", SAMPLES / "gpt2_tiny_b4" / "checkpoint", "--aux", "builtin:cifar10", expect=2)
+    assert "--aux is for image checkpoints" in r.stderr

@@ -23,6 +23,7 @@ class ScanJob:
     probe: torch.Tensor | None = None  # public images for D-SNR ([N, C, H, W] in [0, 1]); default: builtin sets
     probe_source: str = ""
     probe_size: int | None = None  # D-SNR's probe images (None: 16 up to 64 x 64 pixels, 8 above; 0: skip D-SNR)
+    aux: Path | None = None  # the probe's images instead of the builtin sets (a folder, a file, builtin:NAME)
 
     def run(self) -> dict[str, Any]:
         from fedaudit import __version__
@@ -32,7 +33,7 @@ class ScanJob:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
             found = scan_path(self.checkpoint, self.allow_custom_arch, self.base, self.probe, self.probe_source,
-                              self.probe_size)
+                              self.probe_size, self.aux)
         return build(ScanResult, {**found, "seconds_total": round(time.perf_counter() - t0, 3),
                                   "fedaudit_version": __version__, "created_at": now_iso()})
 

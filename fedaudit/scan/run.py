@@ -39,7 +39,7 @@ def _compare(model: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> dict[s
 
 
 def image_subject(path: Path, allow_custom_arch: bool = False, probe: torch.Tensor | None = None,
-                  probe_source: str = "") -> Subject:
+                  probe_source: str = "", aux: Path | None = None) -> Subject:
     from fedaudit.data.public import public_images
     from fedaudit.io.checkpoint import load_state_strict, read_spec
 
@@ -71,6 +71,11 @@ def image_subject(path: Path, allow_custom_arch: bool = False, probe: torch.Tens
     subject.model = model
     head = final_linear(model)
     subject.classifier = f"{head}.weight" if head else None
+    if probe is None and aux is not None:  # the reviewer's own probe images (a folder, a file, builtin:NAME)
+        from fedaudit.session import AuxSource
+
+        loaded = AuxSource(aux, resize=True).load(spec, 0)
+        probe, probe_source = (loaded.images, str(aux)) if loaded is not None else (None, "")
     if probe is None:
         probe, probe_source = public_images(spec.input_shape)
     if probe is None:
@@ -110,13 +115,15 @@ def text_subject(path: Path, base: Path | None = None) -> Subject:
 
 
 def load_subject(path: str | Path, allow_custom_arch: bool = False, base: Path | None = None,
-                 probe: torch.Tensor | None = None, probe_source: str = "") -> Subject:
+                 probe: torch.Tensor | None = None, probe_source: str = "", aux: Path | None = None) -> Subject:
     p = Path(path)
     if is_text_checkpoint(p):
+        if aux is not None:
+            raise InputError("--aux is for image checkpoints (the D-SNR probe)")
         return text_subject(p, base)
     if base is not None:
         raise InputError("--base is for a PEFT adapter folder")
-    return image_subject(p, allow_custom_arch, probe, probe_source)
+    return image_subject(p, allow_custom_arch, probe, probe_source, aux)
 
 
 def scan(subject: Subject, checks: list[str] | None = None) -> dict[str, Any]:
@@ -154,12 +161,13 @@ def merge(out: dict[str, Any], more: list[Finding]) -> dict[str, Any]:
 
 
 def scan_path(path: str | Path, allow_custom_arch: bool = False, base: Path | None = None,
-              probe: torch.Tensor | None = None, probe_source: str = "", probe_size: int | None = None) -> dict[str, Any]:
+              probe: torch.Tensor | None = None, probe_source: str = "", probe_size: int | None = None,
+              aux: Path | None = None) -> dict[str, Any]:
     p = Path(path)
     round_dir = p if is_round_folder(p) else None
     if round_dir is not None:  # a round: its global model, then whether every client got it
         p = p / "checkpoint.safetensors"
-    subject = load_subject(p, allow_custom_arch, base, probe, probe_source)
+    subject = load_subject(p, allow_custom_arch, base, probe, probe_source, aux)
     subject.probe_size = probe_size
     out = scan(subject)
     if round_dir is not None:

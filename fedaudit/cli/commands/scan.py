@@ -43,6 +43,9 @@ def register(app) -> None:
         probe: Annotated[Optional[int], typer.Option("--probe", min=0, max=256, help=(
             "Public probe images for D-SNR (default: 16 up to 64 x 64 pixels, 8 above; 0 skips it)."),
             show_default=False)] = None,
+        aux: Annotated[Optional[Path], typer.Option("--aux", help=(
+            "D-SNR's probe images instead of the builtin public sets: a folder, an image, a .safetensors, or "
+            "builtin:cifar10 | builtin:cifar100 | builtin:imagenet | builtin:digits."), show_default=False)] = None,
         output: OutputOpt = None, force: ForceOpt = False, quiet: QuietOpt = False,
         allow_custom_arch: AllowCustomArchOpt = False, base: BaseOpt = None,
     ) -> None:
@@ -58,7 +61,7 @@ def register(app) -> None:
 
         check_output_file(output, force)
         check_output_file(html, force)
-        doc = ScanJob(checkpoint, base=base, allow_custom_arch=allow_custom_arch, probe_size=probe).run()
+        doc = ScanJob(checkpoint, base=base, allow_custom_arch=allow_custom_arch, probe_size=probe, aux=aux).run()
         failed = fails(doc, fail_on.value)
         code = EXIT_LEAKAGE if failed else 0
         emit_json(scan_sarif(doc, code) if fmt == Format.sarif else doc, output)
