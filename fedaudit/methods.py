@@ -27,6 +27,7 @@ class MethodOption:
     help: str
     choices: tuple[str, ...] | None = None
     positive: bool = False  # > 0 (a step size); every other numeric option only has to be >= 0
+    maximum: float | None = None  # a bound on the work it asks for, or on a share (issue 88: 1e9 starts ran for ever)
 
     def convert(self, value: Any, owner: str) -> Any:
         """``value`` as this option's type (strings are parsed), checked against ``choices``."""
@@ -41,6 +42,8 @@ class MethodOption:
         # every numeric option of every method is a weight, a fraction, a radius or a count: none is negative
         if self.type in (int, float) and not isinstance(value, bool) and (value <= 0 if self.positive else value < 0):
             raise InputError(f"{owner!r}: --{self.name} must be {'>' if self.positive else '>='} 0, got {value}")
+        if self.maximum is not None and not isinstance(value, bool) and value > self.maximum:
+            raise InputError(f"{owner!r}: --{self.name} must be <= {self.maximum:g}, got {value}")
         if self.choices and value not in self.choices:
             raise InputError(f"{owner!r}: --{self.name} must be one of {', '.join(self.choices)}")
         return value

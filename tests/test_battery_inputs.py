@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import stat
 
-from .helpers import assert_one_error_line
+import pytest
+
+from .helpers import ROOT, assert_one_error_line
 
 EPS = b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 32 32\nnewpath 0 0 moveto 32 32 lineto stroke\nshowpage\n"
 
@@ -140,3 +142,86 @@ def test_a_failed_audit_round_leaves_no_folder_it_created(cli, tmp_path, monkeyp
     res = cli("audit-round", tmp_path / "round", "-o", tmp_path / "new", "--ray", "-n", "2", expect=2)
     assert_one_error_line(res.stderr, "ray")
     assert not (tmp_path / "new").exists()
+
+
+# a Hugging Face config.json's fields are checked before anything is sized from them (issue 88): each of these ended
+# in exit 3 or an out-of-memory, or (attn_implementation) had transformers fetch kernel code
+CONFIG_CASES = [
+    ("n_embd", 1e7, "must be an integer"), ("n_embd", -96, "outside"), ("n_embd", "96", "must be an integer"),
+    ("n_embd", 96.5, "must be an integer"), ("n_layer", 100_000, "outside"), ("n_positions", 10**10, "outside"),
+    ("n_head", 0, "outside"), ("vocab_size", 10**12, "outside"), ("n_head", 7, "does not divide"),
+    ("attn_implementation", "kernels-community/flash-attn", "not one fedaudit runs"),
+    ("attn_implementation", "flash_attention_2", "not one fedaudit runs"),
+    ("n_embd", 128, "the config builds"), ("n_layer", True, "must be an integer"),
+]
+
+
+@pytest.mark.parametrize("key,value,says", CONFIG_CASES, ids=[f"{k}={v!r}" for k, v, _ in CONFIG_CASES])
+def test_a_hugging_face_config_is_bounded_before_the_model_is_built(cli, tmp_path, key, value, says):
+    import json
+    import shutil
+
+    sample = ROOT / "sample_updates" / "gpt2_tiny_b4"
+    folder = tmp_path / "model"
+    shutil.copytree(sample / "checkpoint", folder)
+    config = json.loads((folder / "config.json").read_text())
+    config[key] = value
+    (folder / "config.json").write_text(json.dumps(config))
+    r = cli("inspect", folder, sample / "update.safetensors", expect=2)
+    assert_one_error_line(r.stderr, says)
+
+
+@pytest.mark.parametrize("r,says", [(10**9, "r must be an integer"), (2.5, "r must be an integer"),
+                                    (8, "lora_A matrices have [4] rows")])
+def test_a_lora_rank_is_bounded_by_the_adapters_own_tensors(tmp_path, r, says):
+    import json
+
+    from fedaudit.errors import InputError
+    from fedaudit.io.text_adapter import load_text_model
+
+    from .helpers import text_adapter
+
+    base = ROOT / "sample_updates" / "gpt2_tiny_b4" / "checkpoint"
+    adapter = text_adapter(base, tmp_path / "adapter", 4)
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    config["r"] = r
+    (adapter / "adapter_config.json").write_text(json.dumps(config))
+    with pytest.raises(InputError, match=says.replace("[", r"\[").replace("]", r"\]")):
+        load_text_model(adapter, base)
+
+
+@pytest.mark.parametrize("flag,value", [("--init-candidates", "1000000000"), ("--swap-burnin", "2"),
+                                        ("--steps", "100000000"), ("--swap-candidates", "1000000000")])
+def test_lamp_options_that_would_run_for_ever_are_refused_before_work(cli, tmp_path, flag, value):
+    """Issue 88: `lamp --init-candidates 1e9` and `--swap-burnin 2` ran until killed."""
+    s = ROOT / "sample_updates" / "gpt2_tiny_b4"
+    res = cli("reconstruct", "lamp", s / "checkpoint", s / "update.safetensors", "-o", tmp_path / "o", flag, value,
+              expect=2)
+    assert_one_error_line(res.stderr, f"{flag} must be <=")
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_text_truth_without_the_lines_dager_certified_is_refused(cli, tmp_path):
+    """Issue 88: the truth of another update, its digest absent, measured "low" with exit 0; the certified lines
+    reproduce this update, so a truth without them is the truth's error."""
+    import dataclasses
+
+    from fedaudit.io.text_truth import load_text_truth, save_text_truth
+
+    s = ROOT / "sample_updates" / "gpt2_tiny_b4"
+    lines = tmp_path / "other.txt"
+    lines.write_text("Another client wrote these words.\nNothing here is in the update.\nA third line of text.\n"
+                     "And the fourth one ends it.\n")
+    cli("capture", s / "checkpoint", lines, "-b", "4", "-o", tmp_path / "u.safetensors", "--truth-out",
+        tmp_path / "t.safetensors", "-q")
+    truth = load_text_truth(tmp_path / "t.safetensors")
+    save_text_truth(tmp_path / "t.safetensors", dataclasses.replace(truth, update_sha256=None))
+    res = cli("reconstruct", "dager", s / "checkpoint", s / "update.safetensors", "-o", tmp_path / "o", "-t",
+              tmp_path / "t.safetensors", expect=2)
+    assert_one_error_line(res.stderr, "does not hold", "dager certified")
+    assert not (tmp_path / "o").exists()
+    res = cli("reconstruct", "dager", s / "checkpoint", s / "update.safetensors", "-o", tmp_path / "w", "-t",
+              tmp_path / "t.safetensors", "--truth-mismatch", "warn", "-q")
+    import json
+
+    assert any("another update" in w for w in json.loads((tmp_path / "w" / "report.json").read_text())["warnings"])

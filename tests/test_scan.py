@@ -355,3 +355,17 @@ def test_the_probe_takes_the_reviewers_images(cli, tmp_path):
     assert "d_snr" not in cli.json(cli("scan", ck, "--probe", "0", "-q"))["measured"]
     r = cli("scan", SAMPLES / "gpt2_tiny_b4" / "checkpoint", "--aux", "builtin:cifar10", expect=2)
     assert "--aux is for image checkpoints" in r.stderr
+
+
+def test_a_lora_adapter_is_scanned_on_its_base_with_its_own_tensors(cli, tmp_path):
+    """A PEFT adapter folder with --base: the base's weights and the adapter's (``adapter:...``) are read; an adapter
+    alone names the base it needs (exit 2)."""
+    from .helpers import text_adapter
+
+    base = SAMPLES / "gpt2_tiny_b4" / "checkpoint"
+    adapter = text_adapter(base, tmp_path / "adapter", 4)
+    doc = cli.json(cli("scan", adapter, "--base", base, "-q"))
+    assert doc["kind"] == "text" and doc["severity"] in ("none", "info") and doc["model_built"]
+    assert doc["tensors"] > cli.json(cli("scan", base, "-q"))["tensors"]  # the adapter's tensors were read too
+    r = cli("scan", adapter, expect=2)
+    assert "without its base model" in r.stderr

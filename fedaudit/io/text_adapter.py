@@ -12,6 +12,7 @@ the adapter: its weights' sha256 is the checkpoint hash an update is checked aga
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,18 @@ def _adapter_config(folder: Path) -> dict[str, Any]:
     return config
 
 
+def _check_rank(config: dict[str, Any], state: dict[str, Any], source: str) -> None:
+    """``r`` an integer the adapter's own ``lora_A`` matrices have as rows; ``lora_alpha`` a finite number."""
+    r, alpha = config.get("r", 8), config.get("lora_alpha", 8)
+    if isinstance(r, bool) or not isinstance(r, int) or not 1 <= r <= 4096:
+        raise InputError(f"{source}: r must be an integer in [1, 4096], got {r!r}")
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha):
+        raise InputError(f"{source}: lora_alpha must be a finite number, got {alpha!r}")
+    rows = {int(t.shape[0]) for k, t in state.items() if ".lora_A" in k and t.ndim == 2}
+    if rows and rows != {r}:
+        raise InputError(f"{source}: r = {r}, but the adapter's lora_A matrices have {sorted(rows)} rows")
+
+
 def base_folder(folder: Path, config: dict[str, Any], base: str | Path | None) -> Path:
     """``base``, or the adapter's named base where it is a folder here (as given, or beside the adapter)."""
     if base is not None:
@@ -77,6 +90,8 @@ def load_text_model(path: str | Path, base: str | Path | None = None) -> TextChe
             raise InputError(f"--base is for an adapter folder; {str(folder)!r} is a whole model")
         return load_text_checkpoint(folder)
     config = _adapter_config(folder)
+    state, _ = read_safetensors(folder / ADAPTER_WEIGHTS, "adapter weights")
+    _check_rank(config, state, str(folder / ADAPTER))  # before any module is sized from it (issue 88: r = 1e9)
     root = load_text_checkpoint(base_folder(folder, config, base))
     peft = _peft()
     fields = set(peft.LoraConfig.__dataclass_fields__)
@@ -85,7 +100,6 @@ def load_text_model(path: str | Path, base: str | Path | None = None) -> TextChe
         model = peft.inject_adapter_in_model(lora, root.model, adapter_name=ADAPTER_NAME)
     except (TypeError, ValueError) as exc:
         raise InputError(f"{folder / ADAPTER}: cannot apply the adapter to {root.source!r} ({exc})") from None
-    state, _ = read_safetensors(folder / ADAPTER_WEIGHTS, "adapter weights")
     ckpt = TextCheckpoint(model.eval(), root.tokenizer, root.model_type, root.kind, str(folder),
                           sha256_file(folder / ADAPTER_WEIGHTS))
     r = int(lora.r)

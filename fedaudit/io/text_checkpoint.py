@@ -25,6 +25,7 @@ from fedaudit.io.files import (
     sha256_file,
 )
 from fedaudit.io.hf_folder import ADAPTER, CONFIG, TOKENIZER, WEIGHTS, is_text_checkpoint, read_config
+from fedaudit.io.text_config import check_shapes, check_text_config
 from fedaudit.models.text_extra import text_extra
 from fedaudit.models.text_families import FAMILIES
 
@@ -142,13 +143,16 @@ def load_text_checkpoint(path: str | Path) -> TextCheckpoint:
     transformers = text_extra()
     from tokenizers import Tokenizer
 
+    check_text_config(config, str(folder / CONFIG))  # types and bounds before anything is sized from them
     state, _ = read_safetensors(folder / WEIGHTS, "language-model weights")
     family = FAMILIES[config["model_type"]]
     try:
         hf_config = transformers.AutoConfig.for_model(**config)
+        with torch.device("meta"):  # no memory: the shapes the config implies, checked against the file's
+            check_shapes(getattr(transformers, family.cls_name)(hf_config), state, str(folder / CONFIG))
         with torch.device("cpu"):
             model = getattr(transformers, family.cls_name)(hf_config)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, ZeroDivisionError, AttributeError) as exc:
         raise InputError(f"{folder / CONFIG}: cannot build the model ({exc})") from None
     output, embedding = family.output, family.embedding
     if output and hf_config.tie_word_embeddings and output not in state and embedding in state:

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from fedaudit.attacks.text import TEXT_ATTACKS
-from fedaudit.errors import NotApplicable, RuntimeFailure
+from fedaudit.errors import InputError, NotApplicable, RuntimeFailure
 from fedaudit.io import files
 from fedaudit.io.text_truth import TextTruth, load_text_truth
 from fedaudit.io.truth import check_truth
@@ -96,6 +96,16 @@ class TextReconstructJob:
         verdict = TextVerdict(est.band, est.range, f"{self.attack}'s exact checks", est.why,  # type: ignore[arg-type]
                               what_it_reveals(tm, diag, certified))
         measured = self._measure(truth, sequences, tok) if truth is not None else None
+        if truth is not None:  # a certified line reproduces the update: a truth without it is another update's
+            true = {tuple(t) for t in truth.sequences()}
+            stray = [s.index for s in sequences if s.certified and tuple(s.token_ids) not in true]
+            if stray:
+                why = (f"--truth does not hold {len(stray)} of the lines {self.attack} certified (line "
+                       f"{stray[0]}: replaying the round on it reproduces this update), so it is the truth of "
+                       "another update")
+                if self.truth_mismatch == "error":
+                    raise InputError(f"{why} (--truth-mismatch warn measures anyway)")
+                tm.warnings.append(why)
         if measured is not None:
             fail = gate_on(measured.band, measured.band_range, "measured", "measured against the truth", self.gate)
         else:

@@ -74,7 +74,7 @@ class Lamp(MatchingAttack):
     summary = "TAG with a norm prior and discrete reorderings scored by a language model's perplexity: approximate"
     paper = "Balunovic et al., LAMP: Extracting Text from Gradients with Language Model Priors, NeurIPS 2022"
     options = (
-        MethodOption("steps", int, 2000, "Adam steps (the authors' LAMP_cos: 2,000)", positive=True),
+        MethodOption("steps", int, 2000, "Adam steps (the authors' LAMP_cos: 2,000)", positive=True, maximum=1_000_000),
         MethodOption("lr", float, 0.1, "Adam's rate, in units of the embedding matrix's standard deviation (TAG's; "
                      "the authors' LAMP used 0.01 on BERT's raw scale)", positive=True),
         MethodOption("lr-decay", float, 0.89, "the rate's factor every 50 steps", positive=True),
@@ -83,11 +83,13 @@ class Lamp(MatchingAttack):
                      "l2", choices=LOSSES),
         MethodOption("l1", float, 0.01, "the L1 term's weight of the tag distance"),
         MethodOption("norm-weight", float, 1.0, "weight of the embeddings' norm prior (mean ||x|| / rho - 1)^2"),
-        MethodOption("init-candidates", int, 500, "random starts scored, the best kept", positive=True),
-        MethodOption("init-permutations", int, 500, "reorderings of the start's positions tried"),
+        MethodOption("init-candidates", int, 500, "random starts scored, the best kept", positive=True,
+                     maximum=100_000),
+        MethodOption("init-permutations", int, 500, "reorderings of the start's positions tried", maximum=100_000),
         MethodOption("swap-every", int, 75, "steps between two rounds of discrete moves", positive=True),
-        MethodOption("swap-burnin", float, 0.1, "share of the steps before the first round"),
-        MethodOption("swap-candidates", int, 200, "reorderings scored per line and round (0: no discrete moves)"),
+        MethodOption("swap-burnin", float, 0.1, "share of the steps before the first round", maximum=1.0),
+        MethodOption("swap-candidates", int, 200, "reorderings scored per line and round (0: no discrete moves)",
+                     maximum=100_000),
         MethodOption("prior", str, "model", "the perplexity prior: model (the checkpoint's own language-model head) "
                      "or none", choices=("model", "none")),
         MethodOption("prior-weight", float, 0.2, "the prior's weight in a move's score (LAMP_cos: 0.2)"),

@@ -24,7 +24,7 @@ class Tag(MatchingAttack):
     summary = "gradient matching on input embeddings (L2 + L1 distance), nearest tokens read back: approximate"
     paper = "Deng et al., TAG: Gradient Attack on Transformer-based Language Models, Findings of EMNLP 2021"
     options = (
-        MethodOption("steps", int, 2500, "Adam steps (the authors' baseline: 2,500)", positive=True),
+        MethodOption("steps", int, 2500, "Adam steps (the authors' baseline: 2,500)", positive=True, maximum=1_000_000),
         MethodOption("lr", float, 0.1, "Adam's rate, in units of the embedding matrix's standard deviation",
                      positive=True),
         MethodOption("loss", str, "tag", "gradient distance: tag (L2 + l1 * L1), cos (1 - cosine per tensor), l2",
