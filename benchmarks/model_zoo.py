@@ -50,17 +50,24 @@ def _run(args: list[str], limit: float) -> dict:
     return {"exit": code, "seconds": round(time.perf_counter() - t0, 1), "message": line[:300]}
 
 
-def zoo_row(name: str, side: int, limit: float) -> dict:
-    """One builder through every step; a step after a failed one is skipped (its input does not exist)."""
+def zoo_row(name: str, side: int, limit: float, trained: bool = False, iterations: int = 20, proxies: int = 1) -> dict:
+    """One builder through every step; a step after a failed one is skipped (its input does not exist).
+    ``trained``: one epoch of Adam on 4,000 MNIST digits first (benchmarks.common.trained; 32 px inputs only)."""
     import torch
     import torchvision
     from safetensors.torch import save_file
 
-    row: dict = {"model": name, "input": side, "steps": {}}
+    row: dict = {"model": name + (" (1 epoch on MNIST digits)" if trained else ""), "input": side, "steps": {},
+                 "iterations": iterations, "proxies": proxies}
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
         torch.manual_seed(0)
         model = torchvision.models.get_model(name, weights=None, num_classes=10)
+        if trained:
+            from benchmarks.common import trained as train
+            from fedaudit.models import ModelSpec
+
+            model = train(model, ModelSpec(f"torchvision.{name}", 10, (3, side, side), (0.5,), (0.5,)))
         row["parameters"] = sum(p.numel() for p in model.parameters())
         save_file({k: v.contiguous() for k, v in model.state_dict().items()}, d / "state.safetensors")
         truth = d / "truth.safetensors"
@@ -75,12 +82,13 @@ def zoo_row(name: str, side: int, limit: float) -> dict:
         ck, upd, capt, out = d / "ck.safetensors", d / "u.safetensors", d / "t.safetensors", d / "out"
         plan = {
             "import": ["import", "checkpoint", str(d / "state.safetensors"), "--arch", f"torchvision.{name}",
-                       "--input-shape", f"3,{side},{side}", "-o", str(ck), "-q"],
+                       "--input-shape", f"3,{side},{side}", *(["--mean", "0.5", "--std", "0.5"] if trained else []), "-o",
+                       str(ck), "-q"],
             "capture": ["capture", str(ck), str(truth), "-b", "1", "--bn-mode", "eval", "-o", str(upd),
                         "--truth-out", str(capt), "-q"],
             "inspect": ["inspect", str(ck), str(upd)],
             "labels": ["labels", "auto", str(ck), str(upd), "-q"],
-            "reconstruct": ["reconstruct", "ig", str(ck), str(upd), "-o", str(out), "-n", "20", "--proxies", "1",
+            "reconstruct": ["reconstruct", "ig", str(ck), str(upd), "-o", str(out), "-n", str(iterations), "--proxies", str(proxies),
                             "--truth", str(capt), "-q"],
             "score": ["score", str(out / "reconstruction.safetensors"), "--truth", str(capt), "-o", str(d / "scored"),
                       "-q"],
@@ -97,6 +105,9 @@ def zoo_row(name: str, side: int, limit: float) -> dict:
             m = rep.get("metrics") or {}
             row["measured"] = {"band": m.get("risk_band"), "range": m.get("risk_band_range"),
                                "estimated": (rep.get("evidence") or {}).get("verdict", {}).get("band"),
+                               "estimated_range": (rep.get("evidence") or {}).get("verdict", {}).get("range"),
+                               "psnr_above_floor": m.get("psnr_above_blank"),
+                               "identification": m.get("identification"),
                                "warnings": (rep.get("attack") or {}).get("warnings", [])}
     return row
 
@@ -127,15 +138,18 @@ def main(argv=None) -> int:
     ap.add_argument("--step-seconds", type=float, default=900.0)
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--table", action="store_true")
+    ap.add_argument("--trained", action="store_true", help="one epoch on MNIST digits before the steps (32 px)")
+    ap.add_argument("--iterations", type=int, default=20, help="reconstruct ig's -n")
+    ap.add_argument("--proxies", type=int, default=1, help="reconstruct ig's --proxies")
     args = ap.parse_args(argv)
     if args.table:
         print(table([json.loads(line) for line in args.out.read_text().splitlines()]))
         return 0
     done = {json.loads(line)["model"] for line in args.out.read_text().splitlines()} if args.out.exists() else set()
     for name in args.models.split(","):
-        if name in done:
+        if name + (" (1 epoch on MNIST digits)" if args.trained else "") in done:
             continue
-        row = zoo_row(name, BUILDERS.get(name, 32), args.step_seconds)
+        row = zoo_row(name, BUILDERS.get(name, 32), args.step_seconds, args.trained, args.iterations, args.proxies)
         with args.out.open("a") as f:
             f.write(json.dumps(row) + "\n")
         print(name, {k: v["exit"] for k, v in row["steps"].items()}, file=sys.stderr, flush=True)

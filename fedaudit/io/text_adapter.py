@@ -90,9 +90,10 @@ def load_text_model(path: str | Path, base: str | Path | None = None) -> TextChe
             raise InputError(f"--base is for an adapter folder; {str(folder)!r} is a whole model")
         return load_text_checkpoint(folder)
     config = _adapter_config(folder)
+    root_folder = base_folder(folder, config, base)  # an adapter without its base says which base it names, first
     state, _ = read_safetensors(folder / ADAPTER_WEIGHTS, "adapter weights")
     _check_rank(config, state, str(folder / ADAPTER))  # before any module is sized from it (issue 88: r = 1e9)
-    root = load_text_checkpoint(base_folder(folder, config, base))
+    root = load_text_checkpoint(root_folder)
     peft = _peft()
     fields = set(peft.LoraConfig.__dataclass_fields__)
     try:

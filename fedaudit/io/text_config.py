@@ -55,5 +55,5 @@ def check_shapes(model: Any, state: dict[str, Any], source: str) -> None:
     for name, t in model.state_dict().items():
         have = state.get(name)
         if have is not None and tuple(have.shape) != tuple(t.shape):
-            raise InputError(f"{source}: the config builds {name} as {list(t.shape)}, the weights hold "
-                             f"{list(have.shape)} (a config of another model?)")
+            raise InputError(f"{source}: the config builds {name} with shape {list(t.shape)}, the weights hold "
+                             f"shape {list(have.shape)} (a config of another model?)")
