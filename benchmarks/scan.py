@@ -94,24 +94,15 @@ def benign(d: Path) -> list[tuple[str, Path]]:
     return out
 
 
-def heldout(d: Path) -> list[tuple[str, Path]]:
+def heldout(d: Path, builders=TORCHVISION_HELDOUT, tag: str = "held out") -> list[tuple[str, Path]]:
     out = []
-    for name, side in TORCHVISION_HELDOUT:
+    for name, side in builders:
         torch.manual_seed(0)
         spec = spec_for(f"torchvision.{name}", 3, side)
-        out.append((f"torchvision {name} (random init, {side} px; held out)", save(d / f"ho_{name}.safetensors",
-                                                                                   build_model(spec), spec)))
-    out.append(("GPT-2 small (124M, random init; held out)", gpt2_small(d)))
-    return out
-
-
-def heldout2(d: Path) -> list[tuple[str, Path]]:
-    out = []
-    for name, side in TORCHVISION_HELDOUT2:
-        torch.manual_seed(0)
-        spec = spec_for(f"torchvision.{name}", 3, side)
-        out.append((f"torchvision {name} (random init, {side} px; held out 2)", save(d / f"ho2_{name}.safetensors",
-                                                                                     build_model(spec), spec)))
+        out.append((f"torchvision {name} (random init, {side} px; {tag})",
+                    save(d / f"{tag.replace(' ', '_')}_{name}.safetensors", build_model(spec), spec)))
+    if builders is TORCHVISION_HELDOUT:
+        out.append(("GPT-2 small (124M, random init; held out)", gpt2_small(d)))
     return out
 
 
@@ -272,7 +263,7 @@ def main(argv=None) -> int:
         for name, path in heldout(d):
             rows.append(row(name, path, "benign (held out)"))
             print(rows[-1], flush=True)
-        for name, path in heldout2(d):
+        for name, path in heldout(d, TORCHVISION_HELDOUT2, "held out 2"):
             rows.append(row(name, path, "benign (held out 2)"))
             print(rows[-1], flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -10,7 +10,7 @@ import typer
 
 from fedaudit.cli.console import check_output_file, clean, emit_json, err_console, info_line
 from fedaudit.cli.errors import handle_errors
-from fedaudit.cli.options import AllowCustomArchOpt, BaseOpt, ForceOpt, OutputOpt, QuietOpt
+from fedaudit.cli.options import AllowCustomArchOpt, BaseOpt, ForceOpt, OutputFormat, OutputOpt, QuietOpt
 from fedaudit.errors import EXIT_LEAKAGE
 
 
@@ -19,11 +19,6 @@ class ScanFailOn(str, Enum):
     info = "info"
     medium = "medium"
     high = "high"
-
-
-class Format(str, Enum):
-    json = "json"
-    sarif = "sarif"
 
 
 def register(app) -> None:
@@ -36,8 +31,8 @@ def register(app) -> None:
         fail_on: Annotated[ScanFailOn, typer.Option("--fail-on", help=(
             "Exit 1 when a finding is at or above this severity (high: a published construction's structure)."))]
         = ScanFailOn.never,
-        fmt: Annotated[Format, typer.Option("--format", help="json (default) or sarif (SARIF 2.1.0, for code scanning).")]
-        = Format.json,
+        fmt: Annotated[OutputFormat, typer.Option("--format", help=(
+            "json (default) or sarif (SARIF 2.1.0, for code scanning)."))] = OutputFormat.json,
         html: Annotated[Optional[Path], typer.Option("--html", help="Also write the findings as one HTML page here.",
                                                      show_default=False)] = None,
         probe: Annotated[Optional[int], typer.Option("--probe", min=0, max=256, help=(
@@ -64,7 +59,7 @@ def register(app) -> None:
         doc = ScanJob(checkpoint, base=base, allow_custom_arch=allow_custom_arch, probe_size=probe, aux=aux).run()
         failed = fails(doc, fail_on.value)
         code = EXIT_LEAKAGE if failed else 0
-        emit_json(scan_sarif(doc, code) if fmt == Format.sarif else doc, output)
+        emit_json(scan_sarif(doc, code) if fmt == OutputFormat.sarif else doc, output)
         if html is not None:
             atomic_write_text(html, render_scan_html(doc))
         con = err_console(quiet)
