@@ -109,9 +109,12 @@ class LineProgress:
         total = None if task["predicted"] else task["pace"].total(elapsed, share)
         if total is not None:
             task["predicted"] = True
-            if total > LONG:
+            after = int(task["fields"].get("runs_after") or 0)  # proxy runs of the same attack that follow it
+            if total * (1 + after) > LONG:
+                more = (f"; with the {after} proxy run{'s' if after != 1 else ''} after it about "
+                        f"{total * (1 + after) / 60:.0f} min in all (--proxies sets how many)" if after else "")
                 sys.stderr.write(f"fedaudit: {task['description']}: predicted to take about {total / 60:.0f} min at "
-                                 f"this pace ({int(task['total'])} iterations); fewer iterations (-n) or a GPU "
+                                 f"this pace ({int(task['total'])} iterations){more}; fewer iterations (-n) or a GPU "
                                  "shortens it\n")
                 sys.stderr.flush()
         if now - task["last"] >= self.every:

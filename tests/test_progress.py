@@ -155,3 +155,22 @@ def test_the_pace_is_read_after_the_warm_up_not_from_the_first_iteration(monkeyp
             assert total is not None and abs(total - 109.9) < 1.0
             assert abs(pace.left(10.0 + 0.1 * (i - 1), i / 1000) - 0.1 * (1000 - i)) < 0.5
     assert not any("predicted to take" in s for s in said)  # 110 s is under LONG: nothing said
+
+
+def test_the_prediction_counts_the_proxy_runs_that_follow(capsys, monkeypatch):
+    """Issue 87: a run with --proxies P says what the P proxy runs after it add, even when the run alone is short."""
+    import time
+
+    from fedaudit import progress
+
+    monkeypatch.setattr(progress, "WARM_UP", 0.05)
+    monkeypatch.setattr(progress, "LONG", 1000.0)
+    with LineProgress(every=1e9) as display:
+        task = display.add_task("ig", total=10_000, loss="-", runs_after=3)
+        time.sleep(0.06)
+        display.advance(task)
+        time.sleep(0.1)
+        display.advance(task)  # about 0.1 s an iteration: ~1,000 s alone, ~4,000 s with the three proxy runs
+        display.advance(task)
+    err = capsys.readouterr().err
+    assert "with the 3 proxy runs after it about" in err and "--proxies sets how many" in err

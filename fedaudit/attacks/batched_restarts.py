@@ -79,7 +79,7 @@ def optimize_batched(attack: OptimizationAttack, cfg: LoopConfig) -> LoopResult:
     log_every = max(1, cfg.iterations // 200)
     held: dict = {}  # the stepper (eager, or a captured CUDA graph) for groups of one size
     with progress_bar(cfg.quiet, cfg.progress) as progress:
-        task = progress.add_task(attack.name, total=cfg.iterations * cfg.restarts, loss="-")
+        task = progress.add_task(attack.name, total=cfg.iterations * cfg.restarts, loss="-", runs_after=cfg.runs_after)
         while first < cfg.restarts and not interrupted:
             group = list(range(first, min(first + size, cfg.restarts)))
             label = f"{attack.name} restarts {group[0] + 1}-{group[-1] + 1}/{cfg.restarts} (one batch)"

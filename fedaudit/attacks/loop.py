@@ -110,7 +110,8 @@ def optimize(attack: OptimizationAttack, cfg: LoopConfig) -> LoopResult:
     log_every = max(1, cfg.iterations // 200)
     steps = cuda_graph.steps_for(attack, cfg.cuda_graph, cfg.lr, cfg.schedule, cfg.iterations, log_every)
     with progress_bar(cfg.quiet, cfg.progress) as progress:
-        task = progress.add_task(attack.name, total=cfg.iterations * (cfg.restarts - start_restart), loss="-")
+        task = progress.add_task(attack.name, total=cfg.iterations * (cfg.restarts - start_restart), loss="-",
+                                 runs_after=cfg.runs_after)
         progress.advance(task, start_it)
         for restart in range(start_restart, cfg.restarts):
             state = attack.init_state(restart_generator(cfg.seed, restart))

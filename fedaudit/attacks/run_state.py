@@ -35,6 +35,7 @@ class LoopConfig:
     restart_batch: int = 0  # restarts per stacked batch: 0 = all at once (halved while memory runs out), 1 = sequential
     cuda_graph: str = "auto"  # capture the iteration as a CUDA graph: auto | on | off (fedaudit/attacks/cuda_graph.py)
     progress: str = "auto"  # auto | bar | lines | off (fedaudit/progress.py)
+    runs_after: int = 0  # runs of the same attack that follow this one (a run's proxies): the prediction counts them
 
 
 @dataclass

@@ -292,7 +292,7 @@ class ReconstructJob:
                           checkpoint_path=self.checkpoint_path, resume=self.resume, quiet=self.session.quiet,
                           progress=self.session.progress,
                           fingerprint=self.fingerprint(labels), monitor=self.monitor, monitor_every=self.monitor_every,
-                          restart_batch=s["restart-batch"], cuda_graph=s["cuda-graph"])
+                          restart_batch=s["restart-batch"], cuda_graph=s["cuda-graph"], runs_after=self.proxies)
 
     def fingerprint(self, labels: list[int]) -> str:
         s = self.settings
