@@ -32,7 +32,7 @@ from fedaudit.attacks.base import OptimizationAttack
 from fedaudit.attacks.registry import ATTACKS
 from fedaudit.errors import NotApplicable
 from fedaudit.methods import MethodOption
-from fedaudit.models.normalize import denormalize
+from fedaudit.models.normalize import denormalize, normalize
 from fedaudit.requirements import SINGLE_STEP
 
 COPY_COS = 1.0 - 1e-6
@@ -139,11 +139,9 @@ def solve(tm, name: str, num_images: int, structure: str = "cumulative") -> tupl
     images = torch.zeros(num_images, c, h, wd, dtype=torch.float64)
     if pick.numel():
         images[: pick.numel()] = (d_w[pick] / d_b[pick, None]).reshape(-1, c, h, wd)
-    gray = torch.full((1, c, 1, 1), 0.5, dtype=torch.float64)
     if pick.numel() < num_images:  # gray in pixel space, written in the normalised space the others are in
-        mean = torch.tensor(tm.spec.mean, dtype=torch.float64).expand(c).reshape(1, c, 1, 1)
-        std = torch.tensor(tm.spec.std, dtype=torch.float64).expand(c).reshape(1, c, 1, 1)
-        images[pick.numel():] = ((gray - mean) / std).expand(num_images - pick.numel(), c, h, wd)
+        gray = normalize(torch.full((1, c, 1, 1), 0.5, dtype=torch.float64), tm.spec)
+        images[pick.numel():] = gray.expand(num_images - pick.numel(), c, h, wd)
     diag = {"layer": name, "structure": structure, "bins": int(w.shape[0]), "non_empty_bins": int(live.numel()),
             "recovered": int(pick.numel()), "of": num_images,
             "collisions": max(0, num_images - int(live.numel())) if structure == "cumulative" else None}

@@ -18,10 +18,15 @@ from fedaudit.metrics.risk import at_or_above
 USAGE_ERRORS = tuple(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
 
 
+def reaches(band: str | None, fail_on: str) -> bool:
+    """Whether ``band`` is at or above ``--fail-on`` (never: nothing reaches it)."""
+    return band is not None and fail_on != "never" and at_or_above(band, fail_on)
+
+
 def fail_exit(band: str, fail_on: str, quiet: bool, source: str = "measured") -> None:
     """Exit 1 when ``band`` reaches ``--fail-on`` (call after all output is written); ``source``: measured
     against the truth or estimated without it."""
-    if fail_on != "never" and at_or_above(band, fail_on):
+    if reaches(band, fail_on):
         info_line(f"leakage risk {band} ({source}) is at or above --fail-on {fail_on}", quiet)
         raise typer.Exit(EXIT_LEAKAGE)
 

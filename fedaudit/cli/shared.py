@@ -103,12 +103,11 @@ def emit_result(kw: dict[str, Any], command: str, summary: dict[str, Any], band:
     if kw.get("format", OutputFormat.json) != OutputFormat.sarif:
         emit_json(summary)
         return
-    from fedaudit.metrics.risk import at_or_above
+    from fedaudit.cli.errors import reaches
     from fedaudit.report.sarif import leakage_sarif
 
-    fail_on = kw["fail_on"].value
-    fails = band is not None and fail_on != "never" and at_or_above(band, fail_on)
-    emit_json(leakage_sarif(command, summary, str(kw.get("update") or round_dir), 1 if fails else 0, round_dir))
+    code = 1 if reaches(band, kw["fail_on"].value) else 0  # the exit the command's gate will take
+    emit_json(leakage_sarif(command, summary, str(kw.get("update") or round_dir), code, round_dir))
 
 
 def session_from(kw: dict[str, Any]) -> Session:

@@ -34,7 +34,7 @@ from fedaudit.io.checkpoint import save_checkpoint
 from fedaudit.io.files import atomic_write_bytes, sha256_file, write_safetensors
 from fedaudit.io.update import UpdateMeta, save_update
 from fedaudit.models import ModelSpec, build_model
-from fedaudit.models.digest import tensors_digest
+from fedaudit.models.digest import named_digest
 
 try:
     from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
@@ -44,11 +44,6 @@ except ImportError as exc:  # an optional extra: say how to get it
     raise ImportError("fedaudit.integrations.flower needs Flower: pip install 'fedaudit[flower]'") from exc
 
 PREFIX = "fedaudit-"
-
-
-def _digest(state: dict[str, torch.Tensor]) -> str:
-    """A model's content digest, by parameter name (fedaudit/scan/round.py reads the same)."""
-    return tensors_digest([state[k] for k in sorted(state)])
 FACTS = ("batch-size", "local-steps", "lr", "momentum", "weight-decay", "bn-train")
 
 
@@ -95,7 +90,7 @@ class RecordingStrategy(Strategy):
         folder = round_dir(self.out, server_round)
         (folder / "clients").mkdir(parents=True, exist_ok=True)
         save_checkpoint(folder / "checkpoint.safetensors", model, self.spec)
-        self._global[server_round] = (sha256_file(folder / "checkpoint.safetensors"), _digest(model.state_dict()))
+        self._global[server_round] = (sha256_file(folder / "checkpoint.safetensors"), named_digest(model.state_dict()))
         self._config[server_round] = {k: v for k, v in dict(config).items() if isinstance(v, (int, float, str, bool))}
 
     def _record_sent(self, server_round: int, messages: list[Message]) -> None:
@@ -106,7 +101,7 @@ class RecordingStrategy(Strategy):
             if self.arrays_key not in msg.content.array_records:
                 continue
             state = self._state(msg.content[self.arrays_key])
-            digest = _digest(state)
+            digest = named_digest(state)
             sent[int(msg.metadata.dst_node_id)] = (digest, None if digest == global_digest else state)
 
     def _meta(self, metrics: dict[str, Any], config: dict[str, Any], node: int, server_round: int) -> tuple[UpdateMeta, list[str]]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
@@ -72,11 +73,19 @@ def read_spec(meta: Meta) -> ModelSpec:
     )
 
 
+def state_differences(expected: Mapping[str, torch.Tensor], state: Mapping[str, torch.Tensor]) -> dict[str, list[str]]:
+    """The names ``state`` lacks, the names it has beyond ``expected`` and those whose shapes differ (each in its
+    dict's order): what keeps a state from loading (here) and what a scan reports (fedaudit/scan/)."""
+    return {"missing": [k for k in expected if k not in state],
+            "unexpected": [k for k in state if k not in expected],
+            "misshapen": [k for k, v in expected.items() if k in state and tuple(state[k].shape) != tuple(v.shape)]}
+
+
 def load_state_strict(model: nn.Module, state: dict[str, torch.Tensor], source: str) -> None:
     """Load ``state`` into ``model``; every missing, extra or mis-shaped tensor is an InputError."""
     expected = model.state_dict()
-    missing = [k for k in expected if k not in state]
-    extra = [k for k in state if k not in expected]
+    diff = state_differences(expected, state)
+    missing, extra = diff["missing"], diff["unexpected"]
     if missing:
         raise InputError(f"{source}: missing tensor {missing[0]!r}" + (f" (+{len(missing) - 1} more)" if len(missing) > 1 else ""))
     if extra:

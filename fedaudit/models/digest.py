@@ -28,3 +28,9 @@ def state_digest(model: nn.Module) -> str:
     h = hashlib.blake2b(digest_size=16)
     h.update(repr((type(model).__name__, model.training, [n for n, _ in named])).encode())
     return tensors_digest([t for _, t in named], into=h)
+
+
+def named_digest(state: dict[str, torch.Tensor]) -> str:
+    """The digest of a state's tensors in the order of their names: what a model sent and a model received are compared
+    by (fedaudit/integrations/flower.py records it, fedaudit/scan/round.py reads it)."""
+    return tensors_digest([state[k] for k in sorted(state)])

@@ -39,19 +39,24 @@ def _uri(path: str) -> str:
     return path.replace("\\", "/")
 
 
+def add_finding(rules: dict[str, dict[str, Any]], results: list[dict[str, Any]], f: dict[str, Any], uri: str,
+                message: str, **props: Any) -> None:
+    """A scan finding (fedaudit/scan/finding.py, JSON) as a result of its check's rule, the rule added once."""
+    rid = f"fedaudit.scan/{f['check']}"
+    rules.setdefault(rid, {"id": rid, "name": f["check"], "text": f["statistic"],
+                           "help": f"Indicates: {f['indicates']}. Recovers: {f['recovers']}. docs/scan.md"})
+    results.append({"rule": rid, "level": LEVELS[f["severity"]], "uri": _uri(uri), "logical": f["tensor"],
+                    "message": message, "properties": {"severity": f["severity"], **props}})
+
+
 def scan_sarif(doc: dict[str, Any], exit_code: int = 0) -> dict[str, Any]:
     """A scan document (fedaudit/jobs/scan.py) as SARIF: one rule per check that found something."""
     rules: dict[str, dict[str, Any]] = {}
-    results = []
+    results: list[dict[str, Any]] = []
     for f in doc["findings"]:
-        rid = f"fedaudit.scan/{f['check']}"
-        rules.setdefault(rid, {"id": rid, "name": f["check"], "text": f["statistic"],
-                               "help": f"Indicates: {f['indicates']}. Recovers: {f['recovers']}. docs/scan.md"})
-        results.append({"rule": rid, "level": LEVELS[f["severity"]], "uri": _uri(doc["checkpoint"]["path"]),
-                        "logical": f["tensor"],
-                        "message": (f"{f['tensor']}: {f['statistic']} = {f['value']} (benign: {f['benign']}); "
-                                    f"indicates {f['indicates']}; {f['detail']}").rstrip("; "),
-                        "properties": {"severity": f["severity"], "value": f["value"]}})
+        add_finding(rules, results, f, doc["checkpoint"]["path"],
+                    (f"{f['tensor']}: {f['statistic']} = {f['value']} (benign: {f['benign']}); "
+                     f"indicates {f['indicates']}; {f['detail']}").rstrip("; "), value=f["value"])
     return sarif_log(list(rules.values()), results, exit_code)
 
 
@@ -65,7 +70,7 @@ def leakage_sarif(command: str, summary: dict[str, Any], update: str, exit_code:
     per run, per audit cell, per round client, at its band's level; a round's server findings as scan results."""
     rid = f"fedaudit.{command}/leakage"
     rules = {rid: {"id": rid, "name": "leakage", "text": "leakage risk of a recorded client update", "help": LEAKAGE_HELP}}
-    results = []
+    results: list[dict[str, Any]] = []
 
     def add(band: str | None, uri: str, message: str, logical: str | None = None, **props: Any) -> None:
         if band:
@@ -87,11 +92,7 @@ def leakage_sarif(command: str, summary: dict[str, Any], update: str, exit_code:
             add(c.get("band"), f"{folder}/clients/{c['client']}.safetensors",
                 f"client {c['client']}: leakage risk {c.get('band')} (estimated)", c["client"])
         for f in summary.get("server_findings") or []:
-            frid = f"fedaudit.scan/{f['check']}"
-            rules.setdefault(frid, {"id": frid, "name": f["check"], "text": f["statistic"],
-                                    "help": f"Indicates: {f['indicates']}. Recovers: {f['recovers']}. docs/scan.md"})
-            results.append({"rule": frid, "level": LEVELS[f["severity"]], "uri": _uri(folder), "logical": f["tensor"],
-                            "message": f"{f['tensor']}: {f['detail']}", "properties": {"severity": f["severity"]}})
+            add_finding(rules, results, f, folder, f"{f['tensor']}: {f['detail']}")
     else:
         raise ValueError(f"no SARIF form for {command!r}")
     return sarif_log(list(rules.values()), results, exit_code)

@@ -23,9 +23,10 @@ from typing import Any
 import torch
 
 from fedaudit.errors import InputError
+from fedaudit.io.checkpoint import state_differences
 from fedaudit.io.files import read_safetensors, sha256_file
 from fedaudit.io.metadata import Meta
-from fedaudit.models.digest import tensors_digest
+from fedaudit.models.digest import named_digest
 from fedaudit.scan.finding import Finding
 
 WHAT = "model inconsistency across clients (Pasquini et al.; LOKI's per-client kernels)"
@@ -35,10 +36,6 @@ RECOVERS = "one client's update out of a securely aggregated round, or each clie
 def _state(path: Path, what: str) -> dict[str, torch.Tensor]:
     tensors, _ = read_safetensors(path, what)
     return tensors
-
-
-def _digest(state: dict[str, torch.Tensor]) -> str:
-    return tensors_digest([state[k] for k in sorted(state)])
 
 
 def compare(global_state: dict[str, torch.Tensor], received: dict[str, torch.Tensor]) -> dict[str, Any]:
@@ -57,9 +54,9 @@ def compare(global_state: dict[str, torch.Tensor], received: dict[str, torch.Ten
                 changed[k] = share
                 if bool(g.any()) and not bool(r.any()):
                     zeroed.append(k)
-    return {"extra": sorted(set(received) - set(global_state)), "missing": sorted(set(global_state) - set(received)),
-            "misshapen": sorted(k for k in global_state if k in received and
-                                tuple(received[k].shape) != tuple(global_state[k].shape)),
+    names = state_differences(global_state, received)
+    return {"extra": sorted(names["unexpected"]), "missing": sorted(names["missing"]),
+            "misshapen": sorted(names["misshapen"]),
             "changed": changed, "zeroed": zeroed,
             "weights": sum(1 for k, v in global_state.items() if v.is_floating_point() and v.ndim >= 2)}
 
@@ -73,7 +70,7 @@ def round_findings(round_dir: str | Path) -> tuple[list[Finding], dict[str, Any]
         raise InputError(f"round folder {str(folder)!r} has no checkpoint.safetensors (the global model)")
     sha = sha256_file(ckpt)
     global_state = _state(ckpt, "round checkpoint")
-    global_digest = _digest(global_state)
+    global_digest = named_digest(global_state)
     clients = sorted((folder / "clients").glob("*.safetensors"))
     received_dir = folder / "received"
     read: dict[str, Any] = {"global_sha256": sha, "global_digest": global_digest, "clients": {}}
@@ -94,7 +91,7 @@ def round_findings(round_dir: str | Path) -> tuple[list[Finding], dict[str, Any]
             except InputError as exc:
                 row["received_error"] = str(exc)
             else:
-                row["received_digest"] = _digest(state)
+                row["received_digest"] = named_digest(state)
                 row["received_matches"] = row["received_digest"] == global_digest
                 if not row["received_matches"]:
                     row["difference"] = compare(global_state, state)

@@ -31,17 +31,10 @@ def _floating(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
             if v.is_floating_point()}
 
 
-def _compare(model: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> dict[str, list[str]]:
-    expected = model.state_dict()
-    return {"unexpected": [k for k in tensors if k not in expected],
-            "missing": [k for k in expected if k not in tensors],
-            "misshapen": [k for k, v in expected.items() if k in tensors and tuple(tensors[k].shape) != tuple(v.shape)]}
-
-
 def image_subject(path: Path, allow_custom_arch: bool = False, probe: torch.Tensor | None = None,
                   probe_source: str = "", aux: Path | None = None) -> Subject:
     from fedaudit.data.public import public_images
-    from fedaudit.io.checkpoint import load_state_strict, read_spec
+    from fedaudit.io.checkpoint import load_state_strict, read_spec, state_differences
 
     tensors, raw = read_safetensors(path, "checkpoint")
     source = f"checkpoint {str(path)!r}"
@@ -61,7 +54,7 @@ def image_subject(path: Path, allow_custom_arch: bool = False, probe: torch.Tens
         subject.notes.append(subject.not_built)
         return subject
     model = build_model(spec, allow_custom=allow_custom_arch)
-    diff = _compare(model, tensors)
+    diff = state_differences(model.state_dict(), tensors)
     subject.against_declared = diff
     if any(diff.values()):
         subject.not_built = "the file does not fit its declared architecture (the declared-architecture finding)"
@@ -90,17 +83,11 @@ def text_subject(path: Path, base: Path | None = None) -> Subject:
     adapter: dict[str, torch.Tensor] = {}
     folder = path
     if not (path / CONFIG).is_file() and (path / ADAPTER).is_file():
-        config = read_config(path / ADAPTER)
-        named = config.get("base_model_name_or_path")
-        found = base or (Path(named) if isinstance(named, str) and Path(named).is_dir() else None)
-        if found is None:
-            from fedaudit.io.text_checkpoint import refuse_adapter_without_base
+        from fedaudit.io.text_adapter import ADAPTER_WEIGHTS, base_folder
 
-            refuse_adapter_without_base(path)  # raises: an adapter alone is not a model
-        folder = found or path
-        weights = sorted(path.glob("adapter_model.safetensors"))
-        if weights:
-            adapter = {f"adapter:{k}": v for k, v in read_safetensors(weights[0], "adapter weights")[0].items()}
+        folder = base_folder(path, read_config(path / ADAPTER), base)  # found, or refused, as every text command does
+        if (path / ADAPTER_WEIGHTS).is_file():
+            adapter = {f"adapter:{k}": v for k, v in read_safetensors(path / ADAPTER_WEIGHTS, "adapter weights")[0].items()}
     config = read_config(folder / CONFIG)
     tensors, _ = read_safetensors(folder / WEIGHTS, "language-model weights")
     subject = Subject(str(path), "text", _floating({**tensors, **adapter}), declared=str(config.get("model_type")))
@@ -126,38 +113,31 @@ def load_subject(path: str | Path, allow_custom_arch: bool = False, base: Path |
     return image_subject(p, allow_custom_arch, probe, probe_source, aux)
 
 
-def scan(subject: Subject, checks: list[str] | None = None) -> dict[str, Any]:
-    """Every check's findings and the scan's verdict: the highest severity found."""
+def verdict(findings: list[dict[str, Any]]) -> dict[str, Any]:
+    """The findings (JSON) worst first, and the scan's verdict on them: the highest severity found, and counts."""
+    findings = sorted(findings, key=lambda f: -level(f["severity"]))
+    worst = max((f["severity"] for f in findings), key=level, default=None)
+    return {"severity": worst or "none", "built_to_leak": worst == "high", "findings": findings,
+            "counts": {s: sum(f["severity"] == s for f in findings) for s in SEVERITIES}}
+
+
+def scan(subject: Subject) -> dict[str, Any]:
+    """Every check's findings and the scan's verdict."""
     findings: list[Finding] = []
-    ran, seconds = [], {}
+    seconds = {}
     for name, check in CHECKS:
-        if checks is not None and name not in checks:
-            continue
         t0 = time.perf_counter()
         findings += check(subject)
         seconds[name] = round(time.perf_counter() - t0, 3)
-        ran.append(name)
-    findings.sort(key=lambda f: -level(f.severity))
-    worst = max((f.severity for f in findings), key=level, default=None)
-    return {"severity": worst or "none", "built_to_leak": worst == "high",
-            "findings": [f.to_json() for f in findings], "counts": {s: sum(f.severity == s for f in findings)
-                                                                    for s in SEVERITIES},
-            "checks": ran, "seconds": seconds, "declared": subject.declared, "kind": subject.kind,
-            "model_built": subject.model is not None, "probe": subject.probe_source or None,
-            "measured": subject.measured, "notes": subject.notes, "tensors": len(subject.tensors)}
+    return {**verdict([f.to_json() for f in findings]), "checks": list(seconds), "seconds": seconds,
+            "declared": subject.declared, "kind": subject.kind, "model_built": subject.model is not None,
+            "probe": subject.probe_source or None, "measured": subject.measured, "notes": subject.notes,
+            "tensors": len(subject.tensors)}
 
 
 def is_round_folder(p: Path) -> bool:
     """A round folder: the global checkpoint beside ``clients/`` (fedaudit/scan/round.py)."""
     return p.is_dir() and (p / "checkpoint.safetensors").is_file() and (p / "clients").is_dir()
-
-
-def merge(out: dict[str, Any], more: list[Finding]) -> dict[str, Any]:
-    """A scan's document with ``more`` findings added (its severity and counts read again)."""
-    findings = sorted([*out["findings"], *(f.to_json() for f in more)], key=lambda f: -level(f["severity"]))
-    worst = max((f["severity"] for f in findings), key=level, default=None)
-    return {**out, "findings": findings, "severity": worst or "none", "built_to_leak": worst == "high",
-            "counts": {s: sum(f["severity"] == s for f in findings) for s in SEVERITIES}}
 
 
 def scan_path(path: str | Path, allow_custom_arch: bool = False, base: Path | None = None,
@@ -174,12 +154,11 @@ def scan_path(path: str | Path, allow_custom_arch: bool = False, base: Path | No
         from fedaudit.scan.round import round_findings
 
         found, read = round_findings(round_dir)
-        out = merge(out, found)
+        out = {**out, **verdict([*out["findings"], *(f.to_json() for f in found)])}
         out["round"] = {"path": str(round_dir), **read}
         if read.get("note"):
             out["notes"].append(read["note"])
     else:
         out["round"] = None
-    sha = sha256_file(p / WEIGHTS if p.is_dir() and (p / WEIGHTS).is_file() else p) if p.is_file() or \
-        (p / WEIGHTS).is_file() else None
-    return {"checkpoint": {"path": str(p), "sha256": sha}, **out}
+    weights = p / WEIGHTS if p.is_dir() else p  # a folder's weights file (an adapter folder has none of its own)
+    return {"checkpoint": {"path": str(p), "sha256": sha256_file(weights) if weights.is_file() else None}, **out}

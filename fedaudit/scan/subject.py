@@ -8,6 +8,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from fedaudit.scan.rows import copy_groups
+
 
 @dataclass
 class Subject:
@@ -26,6 +28,14 @@ class Subject:
     probe_size: int | None = None                # images of the probe D-SNR reads (None: its default; 0: skip)
     measured: dict[str, Any] = field(default_factory=dict)  # statistics a check measured, finding or not
     notes: list[str] = field(default_factory=list)
+    _copies: dict[str, list[list[int]]] = field(default_factory=dict, repr=False)  # copy groups by weight name
+
+    def copies(self, name: str, m: torch.Tensor) -> list[list[int]]:
+        """The groups of rows of weight ``name`` (its ``matrices`` view ``m``) that are copies of each other, found
+        once for the checks that read them (duplicate rows, bias ladders)."""
+        if name not in self._copies:
+            self._copies[name] = copy_groups(m)
+        return self._copies[name]
 
     def matrices(self, min_rows: int = 2, min_cols: int = 2):
         """(name, rows x fan-in view) of every weight with rows: linear layers, convolutions (one row per output

@@ -8,7 +8,6 @@ import torch
 
 from fedaudit.scan.finding import Finding
 from fedaudit.scan.registry import CHECKS
-from fedaudit.scan.rows import copy_groups
 from fedaudit.scan.subject import Subject
 
 MIN_ROWS = 4
@@ -33,7 +32,7 @@ class BiasLadder:
             bias = subject.tensors.get(name[: -len("weight")] + "bias")
             if bias is None or bias.ndim != 1 or bias.numel() != m.shape[0]:
                 continue
-            for group in map(sorted, copy_groups(m)):
+            for group in map(sorted, subject.copies(name, m)):
                 if len(group) < MIN_ROWS:
                     continue
                 rows = m[group]

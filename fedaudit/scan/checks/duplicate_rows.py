@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from fedaudit.scan.finding import Finding
 from fedaudit.scan.registry import CHECKS
-from fedaudit.scan.rows import copy_groups, nonzero_rows
+from fedaudit.scan.rows import nonzero_rows
 from fedaudit.scan.subject import Subject
 
 HIGH_SHARE = 0.25  # a quarter of a layer's rows copies of one another: an imprint's bins, not chance
@@ -20,7 +20,7 @@ class DuplicateRows:
     def __call__(self, subject: Subject) -> list[Finding]:
         out = []
         for name, m in subject.matrices(min_rows=2):
-            groups = copy_groups(m)
+            groups = subject.copies(name, m)
             if not groups:
                 continue
             copies = sum(len(g) for g in groups)
