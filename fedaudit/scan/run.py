@@ -49,15 +49,13 @@ def image_subject(path: Path, allow_custom_arch: bool = False, probe: torch.Tens
     subject = Subject(str(path), "image", _floating(tensors), declared=spec.arch, input_shape=spec.input_shape,
                       num_classes=spec.num_classes)
     if is_custom_arch(spec.arch) and not allow_custom_arch:
-        subject.not_built = (f"custom architecture {spec.arch!r}: its code is not run (--allow-custom-arch builds it); "
+        subject.notes.append(f"custom architecture {spec.arch!r}: its code is not run (--allow-custom-arch builds it); "
                              "the tensors are read, the architecture comparison and the probe are not")
-        subject.notes.append(subject.not_built)
         return subject
     model = build_model(spec, allow_custom=allow_custom_arch)
     diff = state_differences(model.state_dict(), tensors)
     subject.against_declared = diff
-    if any(diff.values()):
-        subject.not_built = "the file does not fit its declared architecture (the declared-architecture finding)"
+    if any(diff.values()):  # not built: the declared-architecture check reports the difference
         return subject
     load_state_strict(model, tensors, source)
     model.eval()
@@ -96,7 +94,6 @@ def text_subject(path: Path, base: Path | None = None) -> Subject:
 
         subject.model = load_text_checkpoint(folder).model
     except InputError as exc:
-        subject.not_built = str(exc)
         subject.against_declared = {"unexpected": [f"(not loadable as its config declares: {exc})"]}
     return subject
 

@@ -21,7 +21,6 @@ class Subject:
     input_shape: tuple[int, ...] | None = None   # [C, H, W] of an image model
     num_classes: int | None = None
     classifier: str | None = None                # the output layer's weight name, where known
-    not_built: str | None = None                 # why the model could not be built from the declaration
     against_declared: dict[str, list[str]] = field(default_factory=dict)  # unexpected / missing / misshapen names
     probe: torch.Tensor | None = None            # public images shaped like the model's input, in [0, 1]
     probe_source: str = ""
